@@ -1,0 +1,238 @@
+//! The kernel/user ABI of probe: map keys, map values and load-time globals shared by the
+//! eBPF programs (built for `bpfel-unknown-none`) and the `probe` daemon (built for the host).
+//!
+//! Every type is `#[repr(C)]`, explicitly padded, and has a size asserted at compile time, so
+//! the two sides cannot silently disagree. Addresses are stored in network byte order in a
+//! 16-byte array (IPv4 in the first four bytes); ports in host byte order.
+#![no_std]
+
+/// Address families, as the kernel numbers them.
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+
+/// Traffic direction at a TC hook.
+pub const DIR_INGRESS: u8 = 0;
+pub const DIR_EGRESS: u8 = 1;
+
+/// Number of log2 buckets in kernel histograms. Bucket `i` counts values `v` with
+/// `2^i <= v < 2^(i+1)` (bucket 0 also takes 0); the last bucket takes everything above.
+pub const LOG2_BUCKETS: usize = 32;
+
+/// Default map sizes. The daemon may resize maps at load time.
+pub const FLOWS_MAX_ENTRIES: u32 = 65_536;
+pub const CONNS_MAX_ENTRIES: u32 = 65_536;
+pub const PEERS_MAX_ENTRIES: u32 = 16_384;
+pub const IFACES_MAX_ENTRIES: u32 = 1_024;
+
+/// Names of the maps and programs in the object file, used by the loader.
+pub mod names {
+    pub const FLOWS: &str = "FLOWS";
+    pub const NONIP: &str = "NONIP";
+    pub const CONNS: &str = "CONNS";
+    pub const PEER_TCP: &str = "PEER_TCP";
+    pub const TC_INGRESS_ETH: &str = "tc_ingress_eth";
+    pub const TC_EGRESS_ETH: &str = "tc_egress_eth";
+    pub const TC_INGRESS_RAWIP: &str = "tc_ingress_rawip";
+    pub const TC_EGRESS_RAWIP: &str = "tc_egress_rawip";
+    pub const SOCK_OPS: &str = "sockops_tcp";
+    pub const TCP_RETRANSMIT: &str = "tp_tcp_retransmit_skb";
+}
+
+/// Names of the load-time globals (`static`s patched by the loader before load).
+pub mod globals {
+    /// u64: an idle gap longer than this (ns) ends a flow's burst.
+    pub const BURST_GAP_NS: &str = "BURST_GAP_NS";
+    /// u32 offsets of fields in the `tcp:tcp_retransmit_skb` tracepoint record, read by the
+    /// loader from the event's `format` file because they differ between kernels.
+    pub const RETX_OFF_FAMILY: &str = "RETX_OFF_FAMILY";
+    pub const RETX_OFF_SPORT: &str = "RETX_OFF_SPORT";
+    pub const RETX_OFF_DPORT: &str = "RETX_OFF_DPORT";
+    pub const RETX_OFF_SADDR: &str = "RETX_OFF_SADDR";
+    pub const RETX_OFF_DADDR: &str = "RETX_OFF_DADDR";
+    pub const RETX_OFF_SADDR_V6: &str = "RETX_OFF_SADDR_V6";
+    pub const RETX_OFF_DADDR_V6: &str = "RETX_OFF_DADDR_V6";
+}
+
+/// One direction of one flow on one interface, as the packet headers name it (for egress
+/// `src` is local, for ingress `dst` is local).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub ifindex: u32,
+    pub family: u8,
+    pub proto: u8,
+    pub direction: u8,
+    pub _pad: u8,
+}
+
+/// Per-flow counters. `bytes` and `packets` are wire-equivalent: a GSO/TSO super-packet
+/// counts as its segments, each with its own headers, as qdisc statistics count it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    pub bytes: u64,
+    pub packets: u64,
+    /// Packets carrying ECN Congestion Experienced (IP ECN field == 0b11).
+    pub ce_packets: u64,
+    /// Packets that are ECN-capable (ECT(0), ECT(1) or CE).
+    pub ect_packets: u64,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    /// Bursts that have ended (an idle gap > BURST_GAP_NS followed them).
+    pub bursts: u64,
+    /// Start time and size of the burst in progress.
+    pub burst_start_ns: u64,
+    pub burst_bytes: u64,
+    /// Size and duration of the last burst that ended, and the largest one seen.
+    pub last_burst_bytes: u64,
+    pub last_burst_ns: u64,
+    pub max_burst_bytes: u64,
+}
+
+/// Traffic that is not IP (ARP, LLDP, ...) is counted per interface and direction.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct IfaceKey {
+    pub ifindex: u32,
+    pub direction: u8,
+    pub _pad: [u8; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfaceStats {
+    pub bytes: u64,
+    pub packets: u64,
+}
+
+/// A remote host.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PeerKey {
+    pub addr: [u8; 16],
+    pub family: u8,
+    pub _pad: [u8; 3],
+}
+
+/// TCP state kept per peer in the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerTcp {
+    /// RTT samples (one per ACK that carried one) in log2 buckets of microseconds.
+    pub rtt_buckets: [u64; LOG2_BUCKETS],
+    pub rtt_count: u64,
+    pub rtt_sum_us: u64,
+    /// Retransmitted segments (sock_ops RETRANS_CB for tracked sockets, counting segments as
+    /// TcpRetransSegs does; the tracepoint, one per event, for sockets opened before probe).
+    pub retrans_segs: u64,
+    /// Retransmit events seen by the tracepoint for any socket.
+    pub retrans_events: u64,
+}
+
+impl Default for PeerTcp {
+    fn default() -> Self {
+        Self {
+            rtt_buckets: [0; LOG2_BUCKETS],
+            rtt_count: 0,
+            rtt_sum_us: 0,
+            retrans_segs: 0,
+            retrans_events: 0,
+        }
+    }
+}
+
+/// A TCP connection, from the local side.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    pub laddr: [u8; 16],
+    pub raddr: [u8; 16],
+    pub lport: u16,
+    pub rport: u16,
+    pub family: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Per-connection TCP state from sock_ops callbacks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Smoothed RTT (us), as `ss -ti` reports it.
+    pub srtt_us: u32,
+    /// The kernel's windowed minimum RTT (us).
+    pub min_rtt_us: u32,
+    /// The last RTT sample (us).
+    pub last_rtt_us: u32,
+    pub snd_cwnd: u32,
+    pub packets_out: u32,
+    pub retrans_out: u32,
+    /// tcp_sock.total_retrans: retransmitted segments over the connection's life.
+    pub total_retrans: u32,
+    /// TCP state (TCP_ESTABLISHED = 1 ... TCP_CLOSE = 7).
+    pub state: u32,
+    pub rtt_samples: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub last_update_ns: u64,
+}
+
+/// TCP_CLOSE in the kernel's state enum.
+pub const TCP_CLOSE: u32 = 7;
+
+/// log2 bucket of a value, clamped to the last bucket.
+#[inline(always)]
+pub fn log2_bucket(v: u64) -> usize {
+    if v == 0 {
+        return 0;
+    }
+    let b = 63 - v.leading_zeros() as usize;
+    if b >= LOG2_BUCKETS {
+        LOG2_BUCKETS - 1
+    } else {
+        b
+    }
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<FlowKey>() == 44);
+    assert!(core::mem::size_of::<FlowStats>() == 96);
+    assert!(core::mem::size_of::<IfaceKey>() == 8);
+    assert!(core::mem::size_of::<PeerKey>() == 20);
+    assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 4));
+    assert!(core::mem::size_of::<ConnKey>() == 40);
+    assert!(core::mem::size_of::<ConnStats>() == 64);
+};
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are repr(C), Copy, and have no implicit padding (sizes are asserted
+    // above), so any bit pattern the kernel writes is a valid value.
+    unsafe impl aya::Pod for FlowKey {}
+    unsafe impl aya::Pod for FlowStats {}
+    unsafe impl aya::Pod for IfaceKey {}
+    unsafe impl aya::Pod for IfaceStats {}
+    unsafe impl aya::Pod for PeerKey {}
+    unsafe impl aya::Pod for PeerTcp {}
+    unsafe impl aya::Pod for ConnKey {}
+    unsafe impl aya::Pod for ConnStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets_cover_edges() {
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 0);
+        assert_eq!(log2_bucket(2), 1);
+        assert_eq!(log2_bucket(3), 1);
+        assert_eq!(log2_bucket(1024), 10);
+        assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
+    }
+}

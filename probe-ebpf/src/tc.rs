@@ -1,0 +1,205 @@
+//! TC classifiers: per-flow accounting (bytes, packets, ECN, bursts) on ingress and egress.
+//!
+//! Two variants per direction: `_eth` for devices with an Ethernet header and `_rawip` for
+//! devices whose packets start at the IP header (tun, wireguard, ipip). The loader picks one
+//! by the link type, which keeps the L3 offset a constant for the verifier and the CPU.
+//! Every program returns TC_ACT_UNSPEC (-1): it only observes, the packet goes on as if the
+//! filter were not there.
+use aya_ebpf::{
+    bindings::TC_ACT_UNSPEC,
+    helpers::bpf_ktime_get_ns,
+    macros::classifier,
+    programs::TcContext,
+};
+use probe_ebpf::{
+    FlowKey, FlowStats, IfaceKey, IfaceStats, AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS,
+};
+
+use crate::maps::{atomic_add, lookup_or_init, FLOWS, NONIP};
+
+/// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
+#[unsafe(no_mangle)]
+static BURST_GAP_NS: u64 = 1_000_000;
+
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86DD;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88A8;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
+#[classifier]
+pub fn tc_ingress_eth(ctx: TcContext) -> i32 {
+    account(&ctx, ETH_HLEN, DIR_INGRESS);
+    TC_ACT_UNSPEC
+}
+
+#[classifier]
+pub fn tc_egress_eth(ctx: TcContext) -> i32 {
+    account(&ctx, ETH_HLEN, DIR_EGRESS);
+    TC_ACT_UNSPEC
+}
+
+#[classifier]
+pub fn tc_ingress_rawip(ctx: TcContext) -> i32 {
+    account(&ctx, 0, DIR_INGRESS);
+    TC_ACT_UNSPEC
+}
+
+#[classifier]
+pub fn tc_egress_rawip(ctx: TcContext) -> i32 {
+    account(&ctx, 0, DIR_EGRESS);
+    TC_ACT_UNSPEC
+}
+
+/// Reads a `T` at `off`: straight from the linear packet data when it is there (the common
+/// case: headers are linear), else through bpf_skb_load_bytes. `T` must be at least two
+/// bytes (see the TCP data offset read below).
+#[inline(always)]
+fn hdr<T: Copy>(ctx: &TcContext, off: usize) -> Option<T> {
+    let start = ctx.data();
+    let end = ctx.data_end();
+    let len = core::mem::size_of::<T>();
+    if start + off + len <= end {
+        // SAFETY: bounds checked against data_end just above.
+        return Some(unsafe { core::ptr::read_unaligned((start + off) as *const T) });
+    }
+    ctx.load::<T>(off).ok()
+}
+
+#[inline(always)]
+fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
+    // SAFETY: ctx.skb.skb is the context pointer the kernel passed to this program.
+    let skb = unsafe { &*ctx.skb.skb };
+    let ifindex = skb.ifindex;
+    let len = skb.len as u64;
+    let mut l3 = l2_len;
+    let mut proto = u16::from_be(skb.protocol as u16);
+    if l2_len != 0 && (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+        // A VLAN tag left in the data (no hardware offload): the real type follows it.
+        match hdr::<u16>(ctx, ETH_HLEN + 2) {
+            Some(p) => proto = u16::from_be(p),
+            None => return nonip(ifindex, direction, len),
+        }
+        l3 += 4;
+    }
+
+    let mut key = FlowKey {
+        ifindex,
+        direction,
+        ..FlowKey::default()
+    };
+    let ecn: u8;
+    let l4: usize;
+    let mut has_ports = true;
+    if proto == ETH_P_IP {
+        // version/ihl, tos, total length, id, frag, ttl, proto, csum, saddr, daddr
+        let Some(h) = hdr::<[u8; 20]>(ctx, l3) else {
+            return nonip(ifindex, direction, len);
+        };
+        key.family = AF_INET;
+        key.proto = h[9];
+        ecn = h[1] & 0x3;
+        key.src[..4].copy_from_slice(&h[12..16]);
+        key.dst[..4].copy_from_slice(&h[16..20]);
+        let frag_off = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
+        if frag_off != 0 {
+            // A later fragment carries no L4 header.
+            has_ports = false;
+        }
+        l4 = l3 + ((h[0] & 0x0f) as usize) * 4;
+    } else if proto == ETH_P_IPV6 {
+        let Some(h) = hdr::<[u8; 40]>(ctx, l3) else {
+            return nonip(ifindex, direction, len);
+        };
+        key.family = AF_INET6;
+        // Extension headers are not walked: such packets are accounted with ports 0.
+        key.proto = h[6];
+        ecn = (h[1] >> 4) & 0x3;
+        key.src.copy_from_slice(&h[8..24]);
+        key.dst.copy_from_slice(&h[24..40]);
+        l4 = l3 + 40;
+    } else {
+        return nonip(ifindex, direction, len);
+    }
+
+    // Header length of one segment, to expand a GSO super-packet into wire bytes.
+    let mut hdr_len = l4 as u64;
+    if has_ports && (key.proto == IPPROTO_TCP || key.proto == IPPROTO_UDP) {
+        if let Some(p) = hdr::<[u8; 4]>(ctx, l4) {
+            key.sport = u16::from_be_bytes([p[0], p[1]]);
+            key.dport = u16::from_be_bytes([p[2], p[3]]);
+        }
+        if key.proto == IPPROTO_TCP {
+            // Two bytes, not one: LLVM turns a one-byte bounds check into a form (`p < end`)
+            // from which the verifier derives no readable range.
+            if let Some(off) = hdr::<[u8; 2]>(ctx, l4 + 12) {
+                hdr_len += ((off[0] >> 4) as u64) * 4;
+            }
+        } else {
+            hdr_len += 8;
+        }
+    }
+
+    let segs = if skb.gso_segs > 1 { skb.gso_segs as u64 } else { 1 };
+    let wire_bytes = len + (segs - 1) * hdr_len;
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    let init = FlowStats {
+        first_seen_ns: now,
+        last_seen_ns: now,
+        burst_start_ns: now,
+        ..FlowStats::default()
+    };
+    let Some(v) = lookup_or_init(&FLOWS, &key, &init) else {
+        return;
+    };
+    // SAFETY: v points at a live map value for the duration of this run.
+    let s = unsafe { &mut *v };
+    atomic_add(&mut s.bytes, wire_bytes);
+    atomic_add(&mut s.packets, segs);
+    if ecn == 0x3 {
+        atomic_add(&mut s.ce_packets, segs);
+    }
+    if ecn != 0 {
+        atomic_add(&mut s.ect_packets, segs);
+    }
+
+    // Bursts. The burst fields are plain stores: a flow's packets are almost always handled
+    // by one CPU at a time, and a rare lost update only blurs one burst's size.
+    let gap = unsafe { core::ptr::read_volatile(&BURST_GAP_NS) };
+    let last = s.last_seen_ns;
+    if now > last && now - last > gap && s.burst_bytes > 0 {
+        let size = s.burst_bytes;
+        s.last_burst_bytes = size;
+        s.last_burst_ns = last - s.burst_start_ns;
+        if size > s.max_burst_bytes {
+            s.max_burst_bytes = size;
+        }
+        s.bursts += 1;
+        s.burst_start_ns = now;
+        s.burst_bytes = 0;
+    }
+    s.burst_bytes += wire_bytes;
+    s.last_seen_ns = now;
+}
+
+#[inline(always)]
+fn nonip(ifindex: u32, direction: u8, len: u64) {
+    let key = IfaceKey {
+        ifindex,
+        direction,
+        _pad: [0; 3],
+    };
+    match NONIP.get_ptr_mut(&key) {
+        // SAFETY: a per-CPU value: only this CPU writes it during this run.
+        Some(p) => unsafe {
+            (*p).bytes += len;
+            (*p).packets += 1;
+        },
+        None => {
+            let _ = NONIP.insert(&key, &IfaceStats { bytes: len, packets: 1 }, 0);
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! TC attachment per interface, and detachment that leaves nothing behind.
+//!
+//! Two modes. TCX links (kernel >= 6.6) belong to probe's file descriptors: the kernel
+//! removes them when the process exits, however it exits. Netlink mode adds a clsact qdisc
+//! (only if none exists) and filters; probe removes its filters on exit, removes the qdisc only
+//! if it created it, and on start clears filters a killed predecessor left behind. A marker
+//! under /run/probe remembers which clsact qdiscs probe created, across a crash.
+use std::{collections::HashMap, path::PathBuf};
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{
+    programs::{
+        tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions, TcError},
+        LinkOrder, SchedClassifier, TcAttachType,
+    },
+    util::KernelVersion,
+    Ebpf,
+};
+use netlink_packet_route::tc::TcHandle;
+use probe_ebpf::names;
+
+use crate::{
+    cli::TcAttach,
+    host::iface::{Iface, L2},
+};
+
+const MARKER_DIR: &str = "/run/probe/clsact";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Tcx,
+    Netlink,
+}
+
+struct Attachment {
+    iface: Iface,
+    ingress: (&'static str, SchedClassifierLinkId),
+    egress: (&'static str, SchedClassifierLinkId),
+    created_clsact: bool,
+}
+
+pub struct TcAttacher {
+    mode: Mode,
+    attached: HashMap<u32, Attachment>,
+}
+
+fn programs(l2: L2) -> (&'static str, &'static str) {
+    match l2 {
+        L2::Ethernet => (names::TC_INGRESS_ETH, names::TC_EGRESS_ETH),
+        L2::RawIp => (names::TC_INGRESS_RAWIP, names::TC_EGRESS_RAWIP),
+    }
+}
+
+const ALL_PROGRAMS: [&str; 4] = [
+    names::TC_INGRESS_ETH,
+    names::TC_EGRESS_ETH,
+    names::TC_INGRESS_RAWIP,
+    names::TC_EGRESS_RAWIP,
+];
+
+fn marker(iface: &Iface) -> PathBuf {
+    PathBuf::from(MARKER_DIR).join(&iface.name)
+}
+
+impl TcAttacher {
+    /// Loads the four TC programs into the kernel and resolves the attach mode.
+    pub fn new(ebpf: &mut Ebpf, want: TcAttach) -> Result<Self> {
+        let tcx_ok = KernelVersion::current()
+            .map(|v| v >= KernelVersion::new(6, 6, 0))
+            .unwrap_or(false);
+        let mode = match want {
+            TcAttach::Tcx if !tcx_ok => {
+                return Err(anyhow!(
+                    "--tc-attach tcx needs kernel >= 6.6; use --tc-attach netlink or auto"
+                ))
+            }
+            TcAttach::Tcx => Mode::Tcx,
+            TcAttach::Netlink => Mode::Netlink,
+            TcAttach::Auto if tcx_ok => Mode::Tcx,
+            TcAttach::Auto => Mode::Netlink,
+        };
+        for name in ALL_PROGRAMS {
+            let p: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing from the object"))?
+                .try_into()?;
+            p.load().map_err(|e| {
+                tracing::debug!("{e}");
+                anyhow!(
+                    "kernel rejected TC program {name}: {}",
+                    e.to_string().lines().next().unwrap_or_default()
+                )
+            })?;
+        }
+        tracing::info!(
+            "TC programs attach with {}",
+            match mode {
+                Mode::Tcx => "TCX links",
+                Mode::Netlink => "a clsact qdisc and netlink filters",
+            }
+        );
+        Ok(Self {
+            mode,
+            attached: HashMap::new(),
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn is_attached(&self, ifindex: u32) -> bool {
+        self.attached.contains_key(&ifindex)
+    }
+
+    pub fn attached(&self) -> impl Iterator<Item = &Iface> {
+        self.attached.values().map(|a| &a.iface)
+    }
+
+    /// Attaches ingress and egress accounting to `iface`.
+    pub fn attach(&mut self, ebpf: &mut Ebpf, iface: &Iface) -> Result<()> {
+        let l2 = iface
+            .l2
+            .ok_or_else(|| anyhow!("interface {}: unsupported link type", iface.name))?;
+        let (ing_name, eg_name) = programs(l2);
+        let mut created_clsact = false;
+        if self.mode == Mode::Netlink {
+            created_clsact = self.prepare_netlink(iface)?;
+        }
+        let ingress = self
+            .attach_one(ebpf, iface, ing_name, TcAttachType::Ingress)
+            .inspect_err(|_| self.undo_clsact(iface, created_clsact))?;
+        let egress = match self.attach_one(ebpf, iface, eg_name, TcAttachType::Egress) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = prog(ebpf, ing_name).and_then(|p| Ok(p.detach(ingress)?));
+                self.undo_clsact(iface, created_clsact);
+                return Err(e);
+            }
+        };
+        tracing::info!("attached to {} (ifindex {})", iface.name, iface.index);
+        self.attached.insert(
+            iface.index,
+            Attachment {
+                iface: iface.clone(),
+                ingress: (ing_name, ingress),
+                egress: (eg_name, egress),
+                created_clsact,
+            },
+        );
+        Ok(())
+    }
+
+    fn attach_one(
+        &self,
+        ebpf: &mut Ebpf,
+        iface: &Iface,
+        name: &str,
+        at: TcAttachType,
+    ) -> Result<SchedClassifierLinkId> {
+        let options = match self.mode {
+            Mode::Tcx => TcAttachOptions::TcxOrder(LinkOrder::default()),
+            Mode::Netlink => TcAttachOptions::Netlink(NlOptions::default()),
+        };
+        prog(ebpf, name)?
+            .attach_with_options(&iface.name, at, options)
+            .map_err(|e| anyhow!("attaching {name} to {}: {e}", iface.name))
+    }
+
+    /// Netlink mode: clears filters a killed probe left, and makes sure a clsact qdisc is
+    /// there. Returns whether probe owns that qdisc.
+    fn prepare_netlink(&self, iface: &Iface) -> Result<bool> {
+        for name in ALL_PROGRAMS {
+            for at in [TcAttachType::Ingress, TcAttachType::Egress] {
+                match tc::qdisc_detach_program(&iface.name, at, name) {
+                    Ok(()) => tracing::info!(
+                        "removed a stale {name} filter on {} left by an earlier probe",
+                        iface.name
+                    ),
+                    Err(TcError::IoError(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::debug!("checking stale filters on {}: {e}", iface.name),
+                }
+            }
+        }
+        let owned_before = marker(iface).exists();
+        match tc::qdisc_add_clsact(&iface.name) {
+            Ok(()) => {
+                let _ = std::fs::create_dir_all(MARKER_DIR)
+                    .and_then(|_| std::fs::write(marker(iface), b"created by probe\n"));
+                Ok(true)
+            }
+            Err(TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {
+                // Someone's clsact: ours only if a previous probe created it and was killed.
+                Ok(owned_before)
+            }
+            Err(e) => Err(anyhow!("adding a clsact qdisc to {}: {e}", iface.name)),
+        }
+    }
+
+    fn undo_clsact(&self, iface: &Iface, created: bool) {
+        if created {
+            remove_clsact(iface);
+        }
+    }
+
+    /// Detaches from an interface that still exists (or just vanished: then the kernel has
+    /// already dropped the filters and links, and errors are expected and quiet).
+    pub fn detach(&mut self, ebpf: &mut Ebpf, ifindex: u32, vanished: bool) {
+        let Some(a) = self.attached.remove(&ifindex) else {
+            return;
+        };
+        for (name, link) in [a.ingress, a.egress] {
+            let r = prog(ebpf, name).and_then(|p| Ok(p.detach(link)?));
+            if let Err(e) = r {
+                if !vanished {
+                    tracing::warn!("detaching {name} from {}: {e:#}", a.iface.name);
+                }
+            }
+        }
+        if a.created_clsact && !vanished {
+            remove_clsact(&a.iface);
+        } else if vanished {
+            let _ = std::fs::remove_file(marker(&a.iface));
+        }
+        tracing::info!("detached from {}", a.iface.name);
+    }
+
+    pub fn detach_all(&mut self, ebpf: &mut Ebpf) {
+        let all: Vec<u32> = self.attached.keys().copied().collect();
+        for i in all {
+            self.detach(ebpf, i, false);
+        }
+    }
+}
+
+fn prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {
+    Ok(ebpf
+        .program_mut(name)
+        .with_context(|| format!("program {name} missing"))?
+        .try_into()?)
+}
+
+/// Deletes the clsact qdisc (like `tc qdisc del dev X clsact`), which also drops any filters
+/// still on it. Runs its own small netlink exchange on a throwaway runtime: it is called from
+/// shutdown paths that may not be inside the daemon's runtime.
+fn remove_clsact(iface: &Iface) {
+    let index = iface.index as i32;
+    let name = iface.name.clone();
+    let r = std::thread::spawn(move || -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let (conn, handle, _) = rtnetlink::new_connection()?;
+            tokio::spawn(conn);
+            let mut req = handle.qdisc().del(index);
+            req.message_mut().header.parent = TcHandle::CLSACT;
+            req.message_mut().header.handle = TcHandle {
+                major: 0xffff,
+                minor: 0,
+            };
+            req.execute().await?;
+            Ok(())
+        })
+    })
+    .join();
+    match r {
+        Ok(Ok(())) => tracing::info!("removed the clsact qdisc probe added to {name}"),
+        Ok(Err(e)) => tracing::warn!("removing the clsact qdisc from {name}: {e:#}"),
+        Err(_) => tracing::warn!("removing the clsact qdisc from {name}: thread panicked"),
+    }
+    let _ = std::fs::remove_file(PathBuf::from(MARKER_DIR).join(&name));
+}

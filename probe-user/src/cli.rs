@@ -1,0 +1,92 @@
+//! Command-line interface. Flag values are parsed here; merging with the config file and
+//! defaults happens in `config`.
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "probe",
+    version,
+    about = "eBPF network telemetry for distributed AI training hosts",
+    long_about = None
+)]
+pub struct Cli {
+    /// Log filter (tracing syntax), e.g. `info`, `probe=debug`. Also read from RUST_LOG.
+    #[arg(long, global = true, env = "PROBE_LOG", default_value = "info")]
+    pub log: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Attach to the kernel, collect, and serve /metrics until SIGINT/SIGTERM.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct RunArgs {
+    /// TOML config file; flags given on the command line override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Interface to monitor (repeatable; `*` and `?` wildcards allowed). Default: every
+    /// non-loopback interface that is up.
+    #[arg(long = "interface", short = 'i', value_name = "NAME")]
+    pub interfaces: Vec<String>,
+
+    /// Address of the HTTP server (/metrics, /healthz, /api/v1/snapshot).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+
+    /// How often maps are read and metrics refreshed, e.g. `1s`, `500ms`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub tick: Option<Duration>,
+
+    /// Idle gap that ends a flow's burst, e.g. `1ms`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub burst_gap: Option<Duration>,
+
+    /// How TC programs attach: TCX links (kernel >= 6.6; nothing survives the process),
+    /// netlink (clsact qdisc + filters, visible to `tc filter show`), or auto.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub tc_attach: Option<TcAttach>,
+
+    /// Spike model file (LightGBM). Default: the built-in model.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TcAttach {
+    #[default]
+    Auto,
+    Tcx,
+    Netlink,
+}
+
+/// Parses `1s`, `500ms`, `2m`, `1.5s`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 1s or 500ms ({e})"))?;
+    if d.is_zero() {
+        return Err(format!("`{s}` must be greater than zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! Reads the kernel's per-flow map each tick and turns it into monotonic per-peer counters.
+//!
+//! The kernel map holds one entry per flow and direction; entries come and go (LRU eviction
+//! when full, and this collector deletes flows idle longer than `idle_timeout`). Counters
+//! stay monotonic because only deltas since the previous tick are added to the per-series
+//! totals; a recreated entry is recognised by its new `first_seen_ns`.
+use std::{
+    collections::{HashMap as StdHashMap, HashSet},
+    net::IpAddr,
+};
+
+use aya::maps::{HashMap, MapData, PerCpuHashMap};
+use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats, DIR_EGRESS};
+
+use crate::snapshot::ip_from_abi;
+
+/// One exported series: traffic to/from one peer on one interface in one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SeriesKey {
+    pub ifindex: u32,
+    pub direction: u8,
+    pub peer: IpAddr,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub bytes: u64,
+    pub packets: u64,
+    pub ce_packets: u64,
+    pub ect_packets: u64,
+}
+
+impl Totals {
+    fn add_delta(&mut self, now: &FlowStats, before: Option<&FlowStats>) {
+        let d = |n: u64, b: u64| n.saturating_sub(b);
+        match before {
+            Some(b) => {
+                self.bytes += d(now.bytes, b.bytes);
+                self.packets += d(now.packets, b.packets);
+                self.ce_packets += d(now.ce_packets, b.ce_packets);
+                self.ect_packets += d(now.ect_packets, b.ect_packets);
+            }
+            None => {
+                self.bytes += now.bytes;
+                self.packets += now.packets;
+                self.ce_packets += now.ce_packets;
+                self.ect_packets += now.ect_packets;
+            }
+        }
+    }
+}
+
+pub struct FlowCollector {
+    flows: HashMap<MapData, FlowKey, FlowStats>,
+    nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
+    prev: StdHashMap<FlowKey, FlowStats>,
+    totals: StdHashMap<SeriesKey, Totals>,
+    evictions: u64,
+    idle_timeout_ns: u64,
+}
+
+/// What one tick of the flow collector yields.
+pub struct FlowTick<'a> {
+    pub totals: &'a StdHashMap<SeriesKey, Totals>,
+    /// (ifindex, direction) -> (bytes, packets) of non-IP traffic, cumulative.
+    pub nonip: Vec<(IfaceKey, IfaceStats)>,
+    pub tracked: u64,
+    pub evictions: u64,
+}
+
+pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
+    let addr = if k.direction == DIR_EGRESS { &k.dst } else { &k.src };
+    ip_from_abi(k.family, addr)
+}
+
+impl FlowCollector {
+    pub fn new(
+        flows: HashMap<MapData, FlowKey, FlowStats>,
+        nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
+        idle_timeout_ns: u64,
+    ) -> Self {
+        Self {
+            flows,
+            nonip,
+            prev: StdHashMap::new(),
+            totals: StdHashMap::new(),
+            evictions: 0,
+            idle_timeout_ns,
+        }
+    }
+
+    /// `now_ns` is CLOCK_MONOTONIC, the clock bpf_ktime_get_ns reads.
+    pub fn tick(&mut self, now_ns: u64) -> FlowTick<'_> {
+        let mut seen = StdHashMap::with_capacity(self.prev.len());
+        let mut idle = Vec::new();
+        for item in self.flows.iter() {
+            let Ok((k, v)) = item else {
+                // The entry vanished between key walk and lookup (evicted): counted below.
+                continue;
+            };
+            let before = self
+                .prev
+                .get(&k)
+                .filter(|b| b.first_seen_ns == v.first_seen_ns);
+            if let Some(peer) = peer_of(&k) {
+                let key = SeriesKey {
+                    ifindex: k.ifindex,
+                    direction: k.direction,
+                    peer,
+                };
+                self.totals.entry(key).or_default().add_delta(&v, before);
+            }
+            if now_ns.saturating_sub(v.last_seen_ns) > self.idle_timeout_ns {
+                idle.push(k);
+            }
+            seen.insert(k, v);
+        }
+        // Flows we had and the map no longer has were evicted by the kernel.
+        let mut deleted = HashSet::new();
+        for k in idle {
+            if self.flows.remove(&k).is_ok() {
+                deleted.insert(k);
+                seen.remove(&k);
+            }
+        }
+        self.evictions += self
+            .prev
+            .keys()
+            .filter(|k| !seen.contains_key(*k) && !deleted.contains(*k))
+            .count() as u64;
+        // Keys idle-deleted this tick were fully counted; they must not look evicted next tick.
+        self.prev = seen;
+
+        let nonip = self
+            .nonip
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| {
+                let mut sum = IfaceStats::default();
+                for v in per_cpu.iter() {
+                    sum.bytes += v.bytes;
+                    sum.packets += v.packets;
+                }
+                (k, sum)
+            })
+            .collect();
+        FlowTick {
+            totals: &self.totals,
+            nonip,
+            tracked: self.prev.len() as u64,
+            evictions: self.evictions,
+        }
+    }
+
+    /// Forgets an interface that went away: its series stop being exported.
+    pub fn forget_interface(&mut self, ifindex: u32) {
+        self.totals.retain(|k, _| k.ifindex != ifindex);
+        self.prev.retain(|k, _| k.ifindex != ifindex);
+        for direction in [probe_ebpf::DIR_INGRESS, probe_ebpf::DIR_EGRESS] {
+            let _ = self.nonip.remove(&IfaceKey {
+                ifindex,
+                direction,
+                _pad: [0; 3],
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(first: u64, bytes: u64) -> FlowStats {
+        FlowStats {
+            first_seen_ns: first,
+            bytes,
+            packets: bytes / 100,
+            ..FlowStats::default()
+        }
+    }
+
+    #[test]
+    fn deltas_keep_counters_monotonic_across_recreation() {
+        let mut t = Totals::default();
+        t.add_delta(&stats(1, 1000), None);
+        t.add_delta(&stats(1, 1500), Some(&stats(1, 1000)));
+        assert_eq!(t.bytes, 1500);
+        // Entry recreated (new first_seen): the caller passes no `before`.
+        t.add_delta(&stats(9, 200), None);
+        assert_eq!(t.bytes, 1700);
+        assert_eq!(t.packets, 17);
+    }
+
+    #[test]
+    fn peer_is_remote_side() {
+        let mut k = FlowKey {
+            family: probe_ebpf::AF_INET,
+            direction: DIR_EGRESS,
+            ..FlowKey::default()
+        };
+        k.src[..4].copy_from_slice(&[10, 0, 0, 1]);
+        k.dst[..4].copy_from_slice(&[10, 0, 0, 2]);
+        assert_eq!(peer_of(&k).unwrap().to_string(), "10.0.0.2");
+        k.direction = probe_ebpf::DIR_INGRESS;
+        assert_eq!(peer_of(&k).unwrap().to_string(), "10.0.0.1");
+    }
+}

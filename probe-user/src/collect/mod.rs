@@ -1,0 +1,110 @@
+//! Collectors: each reads one part of the kernel's state once per tick. `Collector::tick`
+//! runs them all and assembles the snapshot.
+pub mod flows;
+pub mod progstats;
+pub mod tcp;
+
+use std::{collections::HashMap, time::Duration};
+
+use anyhow::{Context as _, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, PerCpuHashMap},
+    Ebpf,
+};
+use probe_ebpf::{names, DIR_EGRESS};
+
+use crate::snapshot::{peer_label, FlowSeries, NonIpSeries, Snapshot};
+
+/// Flows idle this long are removed from the kernel map after their last count is read.
+const FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub struct Collector {
+    flows: flows::FlowCollector,
+    tcp: tcp::TcpCollector,
+}
+
+pub fn direction_label(d: u8) -> &'static str {
+    if d == DIR_EGRESS {
+        "egress"
+    } else {
+        "ingress"
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Collector {
+    /// Takes the maps out of the loaded object: the collector owns them from here on.
+    pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("map {name} missing from the object"))
+        };
+        let flow_map = BpfHashMap::try_from(take(names::FLOWS)?)?;
+        let nonip = PerCpuHashMap::try_from(take(names::NONIP)?)?;
+        let conns = BpfHashMap::try_from(take(names::CONNS)?)?;
+        let peers = BpfHashMap::try_from(take(names::PEER_TCP)?)?;
+        Ok(Self {
+            flows: flows::FlowCollector::new(
+                flow_map,
+                nonip,
+                FLOW_IDLE_TIMEOUT.as_nanos() as u64,
+            ),
+            tcp: tcp::TcpCollector::new(conns, peers),
+        })
+    }
+
+    /// One pass over the maps. `ifnames` names the interfaces by index; traffic of an
+    /// interface not in it (detached this tick) is left out.
+    pub fn tick(&mut self, ifnames: &HashMap<u32, String>) -> Snapshot {
+        let mut snap = Snapshot::default();
+        let ft = self.flows.tick(monotonic_ns());
+        for (k, t) in ft.totals {
+            let Some(iface) = ifnames.get(&k.ifindex) else {
+                continue;
+            };
+            snap.flows.push(FlowSeries {
+                iface: iface.clone(),
+                direction: direction_label(k.direction),
+                peer: peer_label(k.peer),
+                bytes: t.bytes,
+                packets: t.packets,
+                ce_packets: t.ce_packets,
+                ect_packets: t.ect_packets,
+            });
+        }
+        for (k, v) in ft.nonip {
+            let Some(iface) = ifnames.get(&k.ifindex) else {
+                continue;
+            };
+            snap.nonip.push(NonIpSeries {
+                iface: iface.clone(),
+                direction: direction_label(k.direction),
+                bytes: v.bytes,
+                packets: v.packets,
+            });
+        }
+        snap.flows_tracked = ft.tracked;
+        snap.flow_evictions = ft.evictions;
+        snap.flows.sort_by(|a, b| {
+            (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
+        });
+        snap.nonip
+            .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
+        snap.peers = self.tcp.tick();
+        snap
+    }
+
+    pub fn forget_interface(&mut self, ifindex: u32) {
+        self.flows.forget_interface(ifindex);
+    }
+}

@@ -1,0 +1,244 @@
+//! The daemon's configuration: built-in defaults, overridden by the TOML file, overridden by
+//! flags. Unknown keys and bad values are errors that name the key.
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::{bail, Context as _, Result};
+use serde::Deserialize;
+
+use crate::cli::{parse_duration, RunArgs, TcAttach};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Interface name patterns to monitor; empty means every non-loopback interface that is up.
+    pub include: Vec<String>,
+    /// Interface name patterns never to monitor.
+    pub exclude: Vec<String>,
+    pub listen: SocketAddr,
+    pub tick: Duration,
+    pub burst_gap: Duration,
+    pub tc_attach: TcAttach,
+    /// Peers with their own series; the rest fold into peer="other".
+    pub top_peers: usize,
+    pub maps: MapSizes,
+    pub model: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MapSizes {
+    pub flows: u32,
+    pub conns: u32,
+    pub peers: u32,
+}
+
+impl Default for MapSizes {
+    fn default() -> Self {
+        Self {
+            flows: probe_ebpf::FLOWS_MAX_ENTRIES,
+            conns: probe_ebpf::CONNS_MAX_ENTRIES,
+            peers: probe_ebpf::PEERS_MAX_ENTRIES,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            include: Vec::new(),
+            exclude: Vec::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            tick: Duration::from_secs(1),
+            burst_gap: Duration::from_millis(1),
+            tc_attach: TcAttach::Auto,
+            top_peers: 256,
+            maps: MapSizes::default(),
+            model: None,
+        }
+    }
+}
+
+/// The file's shape. Durations are strings (`"1s"`) so they read like the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    tick: Option<String>,
+    burst_gap: Option<String>,
+    tc_attach: Option<TcAttach>,
+    top_peers: Option<usize>,
+    model: Option<PathBuf>,
+    interfaces: Option<FileInterfaces>,
+    maps: Option<MapSizes>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileInterfaces {
+    #[serde(default)]
+    include: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+}
+
+impl Config {
+    /// Defaults, then the file named by `--config`, then the flags.
+    pub fn resolve(args: &RunArgs) -> Result<Self> {
+        let mut c = Config::default();
+        if let Some(path) = &args.config {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            c.apply_file(&text)
+                .with_context(|| format!("config file {}", path.display()))?;
+        }
+        if !args.interfaces.is_empty() {
+            c.include = args.interfaces.clone();
+        }
+        if let Some(v) = args.listen {
+            c.listen = v;
+        }
+        if let Some(v) = args.tick {
+            c.tick = v;
+        }
+        if let Some(v) = args.burst_gap {
+            c.burst_gap = v;
+        }
+        if let Some(v) = args.tc_attach {
+            c.tc_attach = v;
+        }
+        if let Some(v) = &args.model {
+            c.model = Some(v.clone());
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn apply_file(&mut self, text: &str) -> Result<()> {
+        // toml's messages already name the key and line; keep them on one line.
+        let f: FileConfig =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!(one_line(&e.to_string())))?;
+        if let Some(v) = f.listen {
+            self.listen = v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("key `listen`: `{v}` is not an ADDR:PORT"))?;
+        }
+        if let Some(v) = f.tick {
+            self.tick = parse_duration(&v).map_err(|e| anyhow::anyhow!("key `tick`: {e}"))?;
+        }
+        if let Some(v) = f.burst_gap {
+            self.burst_gap =
+                parse_duration(&v).map_err(|e| anyhow::anyhow!("key `burst_gap`: {e}"))?;
+        }
+        if let Some(v) = f.tc_attach {
+            self.tc_attach = v;
+        }
+        if let Some(v) = f.top_peers {
+            self.top_peers = v;
+        }
+        if let Some(v) = f.model {
+            self.model = Some(v);
+        }
+        if let Some(i) = f.interfaces {
+            self.include = i.include;
+            self.exclude = i.exclude;
+        }
+        if let Some(m) = f.maps {
+            self.maps = m;
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.tick < Duration::from_millis(10) {
+            bail!("tick {:?} is too short (minimum 10ms)", self.tick);
+        }
+        if self.top_peers == 0 {
+            bail!("key `top_peers` must be at least 1");
+        }
+        for (k, v) in [
+            ("maps.flows", self.maps.flows),
+            ("maps.conns", self.maps.conns),
+            ("maps.peers", self.maps.peers),
+        ] {
+            if !(16..=4_194_304).contains(&v) {
+                bail!("key `{k}`: {v} is out of range (16 to 4194304)");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// toml renders errors over several lines (position, source excerpt, message); keep the
+/// position and the message.
+fn one_line(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    match (lines.first(), lines.last()) {
+        (Some(first), Some(last)) if lines.len() > 1 => format!("{first}: {last}"),
+        _ => s.trim().to_owned(),
+    }
+}
+
+/// Shell-style wildcard match (`*`, `?`) for interface names.
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    fn rec(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => rec(&p[1..], n) || (!n.is_empty() && rec(p, &n[1..])),
+            (Some(b'?'), Some(_)) => rec(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => rec(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    rec(pattern.as_bytes(), name.as_bytes())
+}
+
+pub fn is_pattern(s: &str) -> bool {
+    s.contains(['*', '?'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_file(text: &str) -> Result<Config> {
+        let mut c = Config::default();
+        c.apply_file(text)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn file_values_apply() {
+        let c = from_file(
+            "listen = \"0.0.0.0:9000\"\ntick = \"500ms\"\ntop_peers = 8\n[interfaces]\ninclude = [\"eth*\"]\nexclude = [\"eth9\"]\n[maps]\nflows = 1024\n",
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.tick, Duration::from_millis(500));
+        assert_eq!(c.top_peers, 8);
+        assert_eq!(c.include, vec!["eth*"]);
+        assert_eq!(c.maps.flows, 1024);
+        assert_eq!(c.maps.conns, probe_ebpf::CONNS_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = from_file("tick_rate = \"1s\"\n").unwrap_err().to_string();
+        assert!(e.contains("tick_rate"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        let e = from_file("tick = \"soon\"\n").unwrap_err().to_string();
+        assert!(e.contains("tick"), "{e}");
+        let e = from_file("[maps]\nflows = 1\n").unwrap_err().to_string();
+        assert!(e.contains("maps.flows"), "{e}");
+        let e = from_file("listen = \"nowhere\"\n").unwrap_err().to_string();
+        assert!(e.contains("listen"), "{e}");
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(name_matches("eth*", "eth0"));
+        assert!(name_matches("*", "x"));
+        assert!(name_matches("ib?", "ib0"));
+        assert!(!name_matches("ib?", "ib10"));
+        assert!(!name_matches("eth0", "eth01"));
+    }
+}

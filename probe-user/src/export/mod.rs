@@ -1,0 +1,3 @@
+//! Export: the Prometheus scrape target and the JSON API.
+pub mod http;
+pub mod metrics;

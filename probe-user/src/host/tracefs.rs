@@ -1,0 +1,113 @@
+//! tracefs: mounted on demand (aya reads tracepoint ids from it too), and the source of
+//! tracepoint record layouts, which differ between kernel versions.
+use std::{
+    collections::HashMap,
+    ffi::CString,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+
+/// The tracefs root, mounting it at /sys/kernel/tracing if no tracefs is mounted.
+pub fn root() -> Result<PathBuf> {
+    for p in [TRACEFS, DEBUGFS_TRACING] {
+        if Path::new(p).join("events").is_dir() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    let target = CString::new(TRACEFS)?;
+    let fstype = CString::new("tracefs")?;
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        bail!("tracefs is not mounted and mounting it at {TRACEFS} failed: {err} (mount it: mount -t tracefs tracefs {TRACEFS})");
+    }
+    tracing::info!("mounted tracefs at {TRACEFS} (tracepoints need it)");
+    Ok(PathBuf::from(TRACEFS))
+}
+
+/// Field name -> (offset, size) of a tracepoint record, from its `format` file.
+pub fn event_fields(root: &Path, category: &str, event: &str) -> Result<HashMap<String, (u32, u32)>> {
+    let path = root.join("events").join(category).join(event).join("format");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("tracepoint {category}:{event} is not available ({})", path.display()))?;
+    parse_format(&text).ok_or_else(|| anyhow!("cannot parse {}", path.display()))
+}
+
+fn parse_format(text: &str) -> Option<HashMap<String, (u32, u32)>> {
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("field:") else {
+            continue;
+        };
+        let mut decl = "";
+        let mut offset = None;
+        let mut size = None;
+        for part in rest.split(';') {
+            let part = part.trim();
+            if let Some(v) = part.strip_prefix("offset:") {
+                offset = v.parse().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.parse().ok();
+            } else if decl.is_empty() {
+                decl = part;
+            }
+        }
+        // `__u8 saddr[4]` -> `saddr`; `__data_loc char[] name` -> `name`.
+        let name = decl.rsplit([' ', '*']).next()?;
+        let name = name.split('[').next()?;
+        out.insert(name.to_owned(), (offset?, size?));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The 6.x layout of tcp:tcp_retransmit_skb.
+    const FORMAT: &str = "name: tcp_retransmit_skb
+ID: 1474
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:const void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:const void * skaddr;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:int state;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:__u16 sport;\toffset:28;\tsize:2;\tsigned:0;
+\tfield:__u16 dport;\toffset:30;\tsize:2;\tsigned:0;
+\tfield:__u16 family;\toffset:32;\tsize:2;\tsigned:0;
+\tfield:__u8 saddr[4];\toffset:34;\tsize:4;\tsigned:0;
+\tfield:__u8 daddr[4];\toffset:38;\tsize:4;\tsigned:0;
+\tfield:__u8 saddr_v6[16];\toffset:42;\tsize:16;\tsigned:0;
+\tfield:__u8 daddr_v6[16];\toffset:58;\tsize:16;\tsigned:0;
+
+print fmt: \"...\"
+";
+
+    #[test]
+    fn parses_retransmit_format() {
+        let f = parse_format(FORMAT).unwrap();
+        assert_eq!(f["family"], (32, 2));
+        assert_eq!(f["daddr"], (38, 4));
+        assert_eq!(f["daddr_v6"], (58, 16));
+        assert_eq!(f["skbaddr"], (8, 8));
+        assert_eq!(f["sport"], (28, 2));
+    }
+}

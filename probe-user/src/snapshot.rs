@@ -1,0 +1,144 @@
+//! The per-tick snapshot: everything the collectors saw at one tick, in base units, with
+//! counters already monotonic. The exporter, the JSON API and `probe top` read only this.
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// Wall-clock time of the tick (seconds since the Unix epoch).
+    pub time_unix: f64,
+    pub tick_seconds: f64,
+    /// Interfaces with TC programs attached.
+    pub interfaces: Vec<String>,
+    pub flows: Vec<FlowSeries>,
+    pub nonip: Vec<NonIpSeries>,
+    pub peers: Vec<PeerSeries>,
+    /// Entries in the kernel flow map right now.
+    pub flows_tracked: u64,
+    /// Flows the kernel evicted from its full LRU map before probe read their last counts.
+    pub flow_evictions: u64,
+    pub programs: Vec<ProgramStats>,
+    pub hooks: Vec<HookStatus>,
+}
+
+/// Traffic of one peer on one interface in one direction (cumulative).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FlowSeries {
+    pub iface: String,
+    pub direction: &'static str,
+    pub peer: String,
+    pub bytes: u64,
+    pub packets: u64,
+    pub ce_packets: u64,
+    pub ect_packets: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NonIpSeries {
+    pub iface: String,
+    pub direction: &'static str,
+    pub bytes: u64,
+    pub packets: u64,
+}
+
+/// TCP view of one peer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PeerSeries {
+    pub peer: String,
+    /// Smoothed RTT: the largest among the peer's connections that carried data in the last
+    /// tick (else among its open connections). None without open tracked connections.
+    pub srtt_seconds: Option<f64>,
+    /// The smallest windowed minimum RTT among open connections.
+    pub min_rtt_seconds: Option<f64>,
+    /// Open connections sock_ops tracks.
+    pub connections: u32,
+    /// Every RTT sample (one per ACK that carried one).
+    pub rtt: Histogram,
+    /// Retransmitted segments (cumulative).
+    pub retransmits: u64,
+}
+
+/// A cumulative histogram: `buckets` holds (upper bound, count of samples <= bound).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Histogram {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Histogram {
+    /// From log2 buckets of a value in `unit` (e.g. 1e-6 for microseconds): bucket i holds
+    /// values in [2^i, 2^(i+1)), so its upper bound is 2^(i+1) units.
+    pub fn from_log2(buckets: &[u64], sum_units: u64, unit: f64) -> Self {
+        let mut cumulative = 0;
+        let mut out = Vec::with_capacity(buckets.len());
+        for (i, n) in buckets.iter().enumerate() {
+            cumulative += n;
+            out.push(((1u64 << (i + 1)) as f64 * unit, cumulative));
+        }
+        Self {
+            buckets: out,
+            sum: sum_units as f64 * unit,
+            count: cumulative,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ProgramStats {
+    pub program: String,
+    pub run_seconds: f64,
+    pub runs: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HookStatus {
+    pub hook: &'static str,
+    pub attached: bool,
+}
+
+/// The label form of an address: IPv4-mapped IPv6 shows as plain IPv4, so a dual-stack
+/// socket and a TC-parsed IPv4 packet name the same peer.
+pub fn peer_label(addr: IpAddr) -> String {
+    addr.to_canonical().to_string()
+}
+
+/// An address from the ABI's 16-byte form.
+pub fn ip_from_abi(family: u8, bytes: &[u8; 16]) -> Option<IpAddr> {
+    match family {
+        probe_ebpf::AF_INET => Some(IpAddr::from([bytes[0], bytes[1], bytes[2], bytes[3]])),
+        probe_ebpf::AF_INET6 => Some(IpAddr::from(*bytes).to_canonical()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_histogram_is_cumulative_with_exponential_bounds() {
+        let mut b = [0u64; 4];
+        b[0] = 1; // [1, 2) us
+        b[3] = 2; // [8, 16) us
+        let h = Histogram::from_log2(&b, 25, 1e-6);
+        assert_eq!(h.count, 3);
+        assert_eq!(h.buckets[0], (2e-6, 1));
+        assert_eq!(h.buckets[2], (8e-6, 1));
+        assert_eq!(h.buckets[3], (16e-6, 3));
+        assert!((h.sum - 25e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mapped_addresses_fold_to_ipv4() {
+        let mut b = [0u8; 16];
+        b[10] = 0xff;
+        b[11] = 0xff;
+        b[12..].copy_from_slice(&[10, 0, 0, 1]);
+        assert_eq!(ip_from_abi(probe_ebpf::AF_INET6, &b).unwrap().to_string(), "10.0.0.1");
+        let mut v4 = [0u8; 16];
+        v4[..4].copy_from_slice(&[192, 0, 2, 7]);
+        assert_eq!(ip_from_abi(probe_ebpf::AF_INET, &v4).unwrap().to_string(), "192.0.2.7");
+    }
+}
