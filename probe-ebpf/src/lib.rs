@@ -23,6 +23,30 @@ pub const FLOWS_MAX_ENTRIES: u32 = 65_536;
 pub const CONNS_MAX_ENTRIES: u32 = 65_536;
 pub const PEERS_MAX_ENTRIES: u32 = 16_384;
 pub const IFACES_MAX_ENTRIES: u32 = 1_024;
+pub const BURSTS_MAX_ENTRIES: u32 = 16_384;
+/// Packets waiting in a monitored qdisc, keyed by skb address (for sojourn time).
+pub const QDISC_INFLIGHT_MAX_ENTRIES: u32 = 65_536;
+pub const DROP_REASONS_MAX_ENTRIES: u32 = 1_024;
+
+/// Slots of the ERRORS per-CPU array: inserts that a full map refused.
+pub mod errors {
+    pub const FLOWS_FULL: u32 = 0;
+    pub const CONNS_FULL: u32 = 1;
+    pub const PEERS_FULL: u32 = 2;
+    pub const BURSTS_FULL: u32 = 3;
+    pub const QDISC_INFLIGHT_FULL: u32 = 4;
+    pub const NONIP_FULL: u32 = 5;
+    pub const COUNT: u32 = 8;
+    /// Map names for the exported label, by slot.
+    pub const NAMES: [&str; 6] = [
+        "FLOWS",
+        "CONNS",
+        "PEER_TCP",
+        "PEER_BURSTS",
+        "QDISC_INFLIGHT",
+        "NONIP",
+    ];
+}
 
 /// Names of the maps and programs in the object file, used by the loader.
 pub mod names {
@@ -30,6 +54,15 @@ pub mod names {
     pub const NONIP: &str = "NONIP";
     pub const CONNS: &str = "CONNS";
     pub const PEER_TCP: &str = "PEER_TCP";
+    pub const PEER_BURSTS: &str = "PEER_BURSTS";
+    pub const DROPS: &str = "DROPS";
+    pub const QDISC_IFACES: &str = "QDISC_IFACES";
+    pub const QDISC_INFLIGHT: &str = "QDISC_INFLIGHT";
+    pub const QDISC_SOJOURN: &str = "QDISC_SOJOURN";
+    pub const ERRORS: &str = "ERRORS";
+    pub const KFREE_SKB: &str = "tp_kfree_skb";
+    pub const QDISC_ENQUEUE: &str = "tp_qdisc_enqueue";
+    pub const QDISC_DEQUEUE: &str = "tp_qdisc_dequeue";
     pub const TC_INGRESS_ETH: &str = "tc_ingress_eth";
     pub const TC_EGRESS_ETH: &str = "tc_egress_eth";
     pub const TC_INGRESS_RAWIP: &str = "tc_ingress_rawip";
@@ -51,6 +84,13 @@ pub mod globals {
     pub const RETX_OFF_DADDR: &str = "RETX_OFF_DADDR";
     pub const RETX_OFF_SADDR_V6: &str = "RETX_OFF_SADDR_V6";
     pub const RETX_OFF_DADDR_V6: &str = "RETX_OFF_DADDR_V6";
+    /// u32 offset of `reason` in `skb:kfree_skb`.
+    pub const DROP_OFF_REASON: &str = "DROP_OFF_REASON";
+    /// u32 offsets of `skbaddr` and `ifindex` in `qdisc:qdisc_enqueue` / `qdisc_dequeue`.
+    pub const QENQ_OFF_SKB: &str = "QENQ_OFF_SKB";
+    pub const QENQ_OFF_IFINDEX: &str = "QENQ_OFF_IFINDEX";
+    pub const QDEQ_OFF_SKB: &str = "QDEQ_OFF_SKB";
+    pub const QDEQ_OFF_IFINDEX: &str = "QDEQ_OFF_IFINDEX";
 }
 
 /// One direction of one flow on one interface, as the packet headers name it (for egress
@@ -145,6 +185,59 @@ impl Default for PeerTcp {
     }
 }
 
+/// Bursts of one peer's traffic on one interface in one direction.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BurstKey {
+    pub addr: [u8; 16],
+    pub ifindex: u32,
+    pub family: u8,
+    pub direction: u8,
+    pub _pad: [u8; 2],
+}
+
+/// Ended bursts: log2 histograms of their sizes (bytes) and durations (ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BurstHist {
+    pub size_buckets: [u64; LOG2_BUCKETS],
+    pub duration_buckets: [u64; LOG2_BUCKETS],
+    pub count: u64,
+    pub bytes: u64,
+    pub duration_ns: u64,
+}
+
+impl Default for BurstHist {
+    fn default() -> Self {
+        Self {
+            size_buckets: [0; LOG2_BUCKETS],
+            duration_buckets: [0; LOG2_BUCKETS],
+            count: 0,
+            bytes: 0,
+            duration_ns: 0,
+        }
+    }
+}
+
+/// A log2 histogram of durations in nanoseconds (qdisc sojourn time per interface).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NsHist {
+    pub buckets: [u64; LOG2_BUCKETS],
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+impl Default for NsHist {
+    fn default() -> Self {
+        Self {
+            buckets: [0; LOG2_BUCKETS],
+            count: 0,
+            sum_ns: 0,
+        }
+    }
+}
+
 /// A TCP connection, from the local side.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -205,6 +298,9 @@ const _: () = {
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 4));
     assert!(core::mem::size_of::<ConnKey>() == 40);
     assert!(core::mem::size_of::<ConnStats>() == 64);
+    assert!(core::mem::size_of::<BurstKey>() == 24);
+    assert!(core::mem::size_of::<BurstHist>() == 8 * (2 * LOG2_BUCKETS + 3));
+    assert!(core::mem::size_of::<NsHist>() == 8 * (LOG2_BUCKETS + 2));
 };
 
 #[cfg(feature = "user")]
@@ -220,6 +316,9 @@ mod pod {
     unsafe impl aya::Pod for PeerTcp {}
     unsafe impl aya::Pod for ConnKey {}
     unsafe impl aya::Pod for ConnStats {}
+    unsafe impl aya::Pod for BurstKey {}
+    unsafe impl aya::Pod for BurstHist {}
+    unsafe impl aya::Pod for NsHist {}
 }
 
 #[cfg(test)]

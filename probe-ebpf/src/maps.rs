@@ -2,17 +2,19 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{LruHashMap, PerCpuHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use probe_ebpf::{
-    ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats, PeerKey, PeerTcp,
-    CONNS_MAX_ENTRIES, FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES,
+    errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
+    NsHist, PeerKey, PeerTcp, BURSTS_MAX_ENTRIES, CONNS_MAX_ENTRIES, DROP_REASONS_MAX_ENTRIES,
+    FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES, QDISC_INFLIGHT_MAX_ENTRIES,
 };
 
 /// Per-flow counters. LRU so that a full map evicts the coldest flow instead of dropping
 /// new ones; user space counts evictions by watching entries vanish.
 #[map(name = "FLOWS")]
-pub static FLOWS: LruHashMap<FlowKey, FlowStats> = LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
+pub static FLOWS: LruHashMap<FlowKey, FlowStats> =
+    LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
 
 /// Non-IP traffic per interface and direction. Per-CPU: no atomics on the hot path.
 #[map(name = "NONIP")]
@@ -21,11 +23,50 @@ pub static NONIP: PerCpuHashMap<IfaceKey, IfaceStats> =
 
 /// TCP connections tracked by sock_ops.
 #[map(name = "CONNS")]
-pub static CONNS: LruHashMap<ConnKey, ConnStats> = LruHashMap::with_max_entries(CONNS_MAX_ENTRIES, 0);
+pub static CONNS: LruHashMap<ConnKey, ConnStats> =
+    LruHashMap::with_max_entries(CONNS_MAX_ENTRIES, 0);
 
 /// Per-peer TCP state: RTT histogram and retransmits.
 #[map(name = "PEER_TCP")]
-pub static PEER_TCP: LruHashMap<PeerKey, PeerTcp> = LruHashMap::with_max_entries(PEERS_MAX_ENTRIES, 0);
+pub static PEER_TCP: LruHashMap<PeerKey, PeerTcp> =
+    LruHashMap::with_max_entries(PEERS_MAX_ENTRIES, 0);
+
+/// Per-peer burst histograms, written when a burst ends.
+#[map(name = "PEER_BURSTS")]
+pub static PEER_BURSTS: LruHashMap<BurstKey, BurstHist> =
+    LruHashMap::with_max_entries(BURSTS_MAX_ENTRIES, 0);
+
+/// Dropped packets by kernel drop reason (skb:kfree_skb).
+#[map(name = "DROPS")]
+pub static DROPS: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(DROP_REASONS_MAX_ENTRIES, 0);
+
+/// Interfaces whose qdisc sojourn time is measured (filled by user space).
+#[map(name = "QDISC_IFACES")]
+pub static QDISC_IFACES: HashMap<u32, u8> = HashMap::with_max_entries(IFACES_MAX_ENTRIES, 0);
+
+/// Enqueue time of packets waiting in a monitored qdisc, by skb address. LRU: a packet the
+/// qdisc drops never dequeues, and its entry ages out.
+#[map(name = "QDISC_INFLIGHT")]
+pub static QDISC_INFLIGHT: LruHashMap<u64, u64> =
+    LruHashMap::with_max_entries(QDISC_INFLIGHT_MAX_ENTRIES, 0);
+
+/// Sojourn time histogram per interface.
+#[map(name = "QDISC_SOJOURN")]
+pub static QDISC_SOJOURN: HashMap<u32, NsHist> = HashMap::with_max_entries(IFACES_MAX_ENTRIES, 0);
+
+/// Inserts refused by a full map, by slot (see probe_ebpf::errors).
+#[map(name = "ERRORS")]
+pub static ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(errors::COUNT, 0);
+
+/// Counts a refused insert.
+#[inline(always)]
+pub fn count_error(slot: u32) {
+    if let Some(p) = ERRORS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU slot, only this CPU writes it during this run.
+        unsafe { *p += 1 };
+    }
+}
 
 /// Adds `v` to a counter another CPU may be updating, with BPF's atomic add (XADD, which
 /// every kernel since 3.18 accepts). core has no fetch_add for the BPF target because it
@@ -56,13 +97,22 @@ const _: () = assert!(probe_ebpf::LOG2_BUCKETS == 32);
 /// Looks `key` up, inserting `init` first if it is absent. None when the map refuses the
 /// insert (a full non-LRU map) and the entry still is not there.
 #[inline(always)]
-pub fn lookup_or_init<K, V>(map: &LruHashMap<K, V>, key: &K, init: &V) -> Option<*mut V> {
+pub fn lookup_or_init<K, V>(
+    map: &LruHashMap<K, V>,
+    key: &K,
+    init: &V,
+    error_slot: u32,
+) -> Option<*mut V> {
     if let Some(p) = map.get_ptr_mut(key) {
         return Some(p);
     }
     // NOEXIST: if another CPU inserted it meanwhile, keep theirs.
     let _ = map.insert(key, init, BPF_NOEXIST as u64);
-    map.get_ptr_mut(key)
+    let p = map.get_ptr_mut(key);
+    if p.is_none() {
+        count_error(error_slot);
+    }
+    p
 }
 
 /// The per-peer TCP entry for `key`, created empty if needed.
@@ -74,8 +124,34 @@ pub fn peer_tcp(key: &PeerKey) -> Option<*mut PeerTcp> {
     // PeerTcp is 288 bytes: too large for the 512-byte BPF stack alongside the rest, so
     // build the zeroed value in place via a static zero template.
     let _ = PEER_TCP.insert(key, &ZERO_PEER, BPF_NOEXIST as u64);
-    PEER_TCP.get_ptr_mut(key)
+    let p = PEER_TCP.get_ptr_mut(key);
+    if p.is_none() {
+        count_error(errors::PEERS_FULL);
+    }
+    p
 }
+
+/// The burst histogram entry for `key`, created empty if needed.
+#[inline(always)]
+pub fn peer_bursts(key: &BurstKey) -> Option<*mut BurstHist> {
+    if let Some(p) = PEER_BURSTS.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let _ = PEER_BURSTS.insert(key, &ZERO_BURSTS, BPF_NOEXIST as u64);
+    let p = PEER_BURSTS.get_ptr_mut(key);
+    if p.is_none() {
+        count_error(errors::BURSTS_FULL);
+    }
+    p
+}
+
+static ZERO_BURSTS: BurstHist = BurstHist {
+    size_buckets: [0; probe_ebpf::LOG2_BUCKETS],
+    duration_buckets: [0; probe_ebpf::LOG2_BUCKETS],
+    count: 0,
+    bytes: 0,
+    duration_ns: 0,
+};
 
 static ZERO_PEER: PeerTcp = PeerTcp {
     rtt_buckets: [0; probe_ebpf::LOG2_BUCKETS],

@@ -10,7 +10,7 @@ use aya_ebpf::{
     macros::sock_ops,
     programs::SockOpsContext,
 };
-use probe_ebpf::{log2_bucket, ConnKey, ConnStats, PeerKey, AF_INET, AF_INET6, TCP_CLOSE};
+use probe_ebpf::{errors, log2_bucket, ConnKey, ConnStats, PeerKey, AF_INET, AF_INET6, TCP_CLOSE};
 
 use crate::maps::{atomic_add, bucket_index, lookup_or_init, peer_tcp, CONNS};
 
@@ -82,14 +82,14 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                 | BPF_SOCK_OPS_STATE_CB_FLAG;
             let _ = ctx.set_cb_flags((ctx.cb_flags() | flags) as i32);
             let (c, _) = keys(ctx)?;
-            let v = lookup_or_init(&CONNS, &c, &ConnStats::default())?;
+            let v = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL)?;
             refresh(ctx, v);
         }
         BPF_SOCK_OPS_RTT_CB => {
             let (c, p) = keys(ctx)?;
             // args[0] is this ACK's RTT sample in microseconds.
             let mrtt = ctx.arg(0) as u64;
-            if let Some(v) = lookup_or_init(&CONNS, &c, &ConnStats::default()) {
+            if let Some(v) = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL) {
                 refresh(ctx, v);
                 // SAFETY: live map value.
                 unsafe {

@@ -6,16 +6,16 @@
 //! Every program returns TC_ACT_UNSPEC (-1): it only observes, the packet goes on as if the
 //! filter were not there.
 use aya_ebpf::{
-    bindings::TC_ACT_UNSPEC,
-    helpers::bpf_ktime_get_ns,
-    macros::classifier,
-    programs::TcContext,
+    bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
 };
 use probe_ebpf::{
-    FlowKey, FlowStats, IfaceKey, IfaceStats, AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS,
+    errors, log2_bucket, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, AF_INET, AF_INET6,
+    DIR_EGRESS, DIR_INGRESS,
 };
 
-use crate::maps::{atomic_add, lookup_or_init, FLOWS, NONIP};
+use crate::maps::{
+    atomic_add, bucket_index, count_error, lookup_or_init, peer_bursts, FLOWS, NONIP,
+};
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
 #[unsafe(no_mangle)]
@@ -142,7 +142,11 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         }
     }
 
-    let segs = if skb.gso_segs > 1 { skb.gso_segs as u64 } else { 1 };
+    let segs = if skb.gso_segs > 1 {
+        skb.gso_segs as u64
+    } else {
+        1
+    };
     let wire_bytes = len + (segs - 1) * hdr_len;
     let now = unsafe { bpf_ktime_get_ns() };
 
@@ -152,7 +156,7 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         burst_start_ns: now,
         ..FlowStats::default()
     };
-    let Some(v) = lookup_or_init(&FLOWS, &key, &init) else {
+    let Some(v) = lookup_or_init(&FLOWS, &key, &init, errors::FLOWS_FULL) else {
         return;
     };
     // SAFETY: v points at a live map value for the duration of this run.
@@ -172,17 +176,56 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     let last = s.last_seen_ns;
     if now > last && now - last > gap && s.burst_bytes > 0 {
         let size = s.burst_bytes;
+        let duration = last.saturating_sub(s.burst_start_ns);
         s.last_burst_bytes = size;
-        s.last_burst_ns = last - s.burst_start_ns;
+        s.last_burst_ns = duration;
         if size > s.max_burst_bytes {
             s.max_burst_bytes = size;
         }
         s.bursts += 1;
         s.burst_start_ns = now;
         s.burst_bytes = 0;
+        burst_ended(&key, size, duration);
     }
     s.burst_bytes += wire_bytes;
     s.last_seen_ns = now;
+}
+
+/// Adds an ended burst to its peer's histograms. Runs once per burst, not per packet.
+#[inline(always)]
+fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
+    let key = BurstKey {
+        addr: if k.direction == DIR_EGRESS {
+            k.dst
+        } else {
+            k.src
+        },
+        ifindex: k.ifindex,
+        family: k.family,
+        direction: k.direction,
+        _pad: [0; 2],
+    };
+    let Some(h) = peer_bursts(&key) else {
+        return;
+    };
+    // SAFETY: live map value; bucket_index bounds both offsets to the arrays.
+    unsafe {
+        atomic_add(
+            (*h).size_buckets
+                .as_mut_ptr()
+                .add(bucket_index(log2_bucket(size))),
+            1,
+        );
+        atomic_add(
+            (*h).duration_buckets
+                .as_mut_ptr()
+                .add(bucket_index(log2_bucket(duration_ns))),
+            1,
+        );
+        atomic_add(&mut (*h).count, 1);
+        atomic_add(&mut (*h).bytes, size);
+        atomic_add(&mut (*h).duration_ns, duration_ns);
+    }
 }
 
 #[inline(always)]
@@ -199,7 +242,19 @@ fn nonip(ifindex: u32, direction: u8, len: u64) {
             (*p).packets += 1;
         },
         None => {
-            let _ = NONIP.insert(&key, &IfaceStats { bytes: len, packets: 1 }, 0);
+            if NONIP
+                .insert(
+                    &key,
+                    &IfaceStats {
+                        bytes: len,
+                        packets: 1,
+                    },
+                    0,
+                )
+                .is_err()
+            {
+                count_error(errors::NONIP_FULL);
+            }
         }
     }
 }

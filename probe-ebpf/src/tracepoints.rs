@@ -1,9 +1,14 @@
 //! Tracepoints. `tcp:tcp_retransmit_skb` sees retransmits of every socket, including those
 //! opened before probe started or in cgroups sock_ops does not cover.
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use probe_ebpf::{ConnKey, PeerKey, AF_INET, AF_INET6};
+use aya_ebpf::{
+    bindings::BPF_ANY, helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext,
+};
+use probe_ebpf::{errors, log2_bucket, ConnKey, NsHist, PeerKey, AF_INET, AF_INET6};
 
-use crate::maps::{atomic_add, peer_tcp, CONNS};
+use crate::maps::{
+    atomic_add, bucket_index, count_error, peer_tcp, CONNS, DROPS, QDISC_IFACES, QDISC_INFLIGHT,
+    QDISC_SOJOURN,
+};
 
 // Field offsets in the tracepoint record, patched by the loader from the event's `format`
 // file (they moved between kernel versions). Zero means "unknown": the program then skips.
@@ -21,6 +26,16 @@ static RETX_OFF_DADDR: u32 = 0;
 static RETX_OFF_SADDR_V6: u32 = 0;
 #[unsafe(no_mangle)]
 static RETX_OFF_DADDR_V6: u32 = 0;
+#[unsafe(no_mangle)]
+static DROP_OFF_REASON: u32 = 0;
+#[unsafe(no_mangle)]
+static QENQ_OFF_SKB: u32 = 0;
+#[unsafe(no_mangle)]
+static QENQ_OFF_IFINDEX: u32 = 0;
+#[unsafe(no_mangle)]
+static QDEQ_OFF_SKB: u32 = 0;
+#[unsafe(no_mangle)]
+static QDEQ_OFF_IFINDEX: u32 = 0;
 
 #[inline(always)]
 fn off(v: &u32) -> usize {
@@ -73,3 +88,95 @@ fn retransmit(ctx: &TracePointContext) -> Option<()> {
     }
     Some(())
 }
+
+/// `skb:kfree_skb`: every dropped packet on the host, by the kernel's drop reason.
+#[tracepoint]
+pub fn tp_kfree_skb(ctx: TracePointContext) -> u32 {
+    let off = off(&DROP_OFF_REASON);
+    if off == 0 {
+        return 0;
+    }
+    let Ok(reason) = (unsafe { ctx.read_at::<u32>(off) }) else {
+        return 0;
+    };
+    match DROPS.get_ptr_mut(&reason) {
+        // SAFETY: per-CPU value: only this CPU writes it during this run.
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            let _ = DROPS.insert(&reason, &1, 0);
+        }
+    }
+    0
+}
+
+/// `qdisc:qdisc_enqueue`: remembers when a packet entered a monitored interface's qdisc.
+#[tracepoint]
+pub fn tp_qdisc_enqueue(ctx: TracePointContext) -> u32 {
+    let (skb_off, if_off) = (off(&QENQ_OFF_SKB), off(&QENQ_OFF_IFINDEX));
+    if skb_off == 0 || if_off == 0 {
+        return 0;
+    }
+    let Ok(ifindex) = (unsafe { ctx.read_at::<u32>(if_off) }) else {
+        return 0;
+    };
+    if QDISC_IFACES.get_ptr(&ifindex).is_none() {
+        return 0;
+    }
+    let Ok(skb) = (unsafe { ctx.read_at::<u64>(skb_off) }) else {
+        return 0;
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    if QDISC_INFLIGHT.insert(&skb, &now, BPF_ANY as u64).is_err() {
+        count_error(errors::QDISC_INFLIGHT_FULL);
+    }
+    0
+}
+
+/// `qdisc:qdisc_dequeue`: the time since enqueue is the packet's sojourn in the qdisc.
+#[tracepoint]
+pub fn tp_qdisc_dequeue(ctx: TracePointContext) -> u32 {
+    let _ = dequeue(&ctx);
+    0
+}
+
+#[inline(always)]
+fn dequeue(ctx: &TracePointContext) -> Option<()> {
+    let (skb_off, if_off) = (off(&QDEQ_OFF_SKB), off(&QDEQ_OFF_IFINDEX));
+    if skb_off == 0 || if_off == 0 {
+        return None;
+    }
+    let ifindex: u32 = unsafe { ctx.read_at(if_off) }.ok()?;
+    QDISC_IFACES.get_ptr(&ifindex)?;
+    let skb: u64 = unsafe { ctx.read_at(skb_off) }.ok()?;
+    // An empty dequeue reports a null skb.
+    if skb == 0 {
+        return None;
+    }
+    let enq = unsafe { *QDISC_INFLIGHT.get_ptr(&skb)? };
+    let _ = QDISC_INFLIGHT.remove(&skb);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ns = now.saturating_sub(enq);
+    let h = match QDISC_SOJOURN.get_ptr_mut(&ifindex) {
+        Some(h) => h,
+        None => {
+            let _ = QDISC_SOJOURN.insert(&ifindex, &ZERO_NS_HIST, 0);
+            QDISC_SOJOURN.get_ptr_mut(&ifindex)?
+        }
+    };
+    // SAFETY: live map value; bucket_index bounds the offset.
+    unsafe {
+        atomic_add(
+            (*h).buckets.as_mut_ptr().add(bucket_index(log2_bucket(ns))),
+            1,
+        );
+        atomic_add(&mut (*h).count, 1);
+        atomic_add(&mut (*h).sum_ns, ns);
+    }
+    Some(())
+}
+
+static ZERO_NS_HIST: NsHist = NsHist {
+    buckets: [0; probe_ebpf::LOG2_BUCKETS],
+    count: 0,
+    sum_ns: 0,
+};

@@ -21,6 +21,22 @@ pub struct Config {
     pub top_peers: usize,
     pub maps: MapSizes,
     pub model: Option<PathBuf>,
+    pub rdma: RdmaSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct RdmaSettings {
+    pub enabled: bool,
+    pub poller: crate::collect::rdma::RdmaConfig,
+}
+
+impl Default for RdmaSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            poller: crate::collect::rdma::RdmaConfig::default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -53,6 +69,7 @@ impl Default for Config {
             top_peers: 256,
             maps: MapSizes::default(),
             model: None,
+            rdma: RdmaSettings::default(),
         }
     }
 }
@@ -69,6 +86,15 @@ struct FileConfig {
     model: Option<PathBuf>,
     interfaces: Option<FileInterfaces>,
     maps: Option<MapSizes>,
+    rdma: Option<FileRdma>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRdma {
+    enabled: Option<bool>,
+    sysfs_root: Option<PathBuf>,
+    interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -143,6 +169,18 @@ impl Config {
         }
         if let Some(m) = f.maps {
             self.maps = m;
+        }
+        if let Some(r) = f.rdma {
+            if let Some(v) = r.enabled {
+                self.rdma.enabled = v;
+            }
+            if let Some(v) = r.sysfs_root {
+                self.rdma.poller.sysfs_root = v;
+            }
+            if let Some(v) = r.interval {
+                self.rdma.poller.interval =
+                    parse_duration(&v).map_err(|e| anyhow::anyhow!("key `rdma.interval`: {e}"))?;
+            }
         }
         Ok(())
     }

@@ -11,7 +11,9 @@ mod cli;
 mod collect;
 mod config;
 mod export;
+mod fold;
 mod host;
+mod lifecycle;
 mod run;
 mod snapshot;
 

@@ -16,15 +16,20 @@ use tokio::{
 use crate::{
     bpf::{Loaded, TcAttacher},
     cli::RunArgs,
-    collect::{progstats, Collector},
+    collect::{netlink, progstats, rdma, Collector},
     config::Config,
     export::{
         http::{router, Shared},
         metrics::registry,
     },
+    fold::PeerFolder,
     host::{iface, privilege},
-    snapshot::{HookStatus, Snapshot},
+    lifecycle::Lifecycle,
+    snapshot::{HookStatus, LinkSeries, QdiscSeries, Snapshot},
 };
+
+/// A member peer that moved no traffic for this long gives its series up (see fold).
+const PEER_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub fn main(args: RunArgs) -> Result<()> {
     let cfg = Config::resolve(&args)?;
@@ -49,13 +54,15 @@ async fn daemon(cfg: Config) -> Result<()> {
     let all = iface::list(&handle).await?;
     let selected = iface::select(&cfg, &all)?;
     if selected.is_empty() {
-        tracing::warn!("no interface to monitor yet (none matches, or none is up); TCP metrics still work");
+        tracing::warn!(
+            "no interface to monitor yet (none matches, or none is up); TCP metrics still work"
+        );
     }
 
     let mut loaded = Loaded::load(&cfg)?;
     let mut tc = TcAttacher::new(&mut loaded.ebpf, cfg.tc_attach)?;
     // From here on, every exit path detaches.
-    let result = serve(&cfg, listener, &mut loaded, &mut tc, &selected).await;
+    let result = serve(&cfg, listener, &handle, &mut loaded, &mut tc, &selected).await;
     tc.detach_all(&mut loaded.ebpf);
     tracing::info!("detached; exiting");
     result
@@ -64,6 +71,7 @@ async fn daemon(cfg: Config) -> Result<()> {
 async fn serve(
     cfg: &Config,
     listener: TcpListener,
+    handle: &rtnetlink::Handle,
     loaded: &mut Loaded,
     tc: &mut TcAttacher,
     selected: &[iface::Iface],
@@ -71,7 +79,24 @@ async fn serve(
     for i in selected {
         tc.attach(&mut loaded.ebpf, i)?;
     }
-    let mut collector = Some(Collector::new(&mut loaded.ebpf)?);
+    let mut collector = Some(Collector::new(
+        &mut loaded.ebpf,
+        std::mem::take(&mut loaded.drop_reasons),
+    )?);
+    let idle_ticks = (PEER_IDLE.as_secs_f64() / cfg.tick.as_secs_f64()).ceil() as u64;
+    let mut folder = PeerFolder::new(cfg.top_peers, idle_ticks.max(1));
+    let mut lifecycle = Lifecycle::default();
+    let rdma = if cfg.rdma.enabled {
+        match rdma::spawn(cfg.rdma.poller.clone()) {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                tracing::warn!("RDMA counters are off: cannot start the poller thread: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     let latest = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
     let shared = Arc::new(Shared {
@@ -109,6 +134,14 @@ async fn serve(
             attached: loaded.hooks.tcp_retransmit,
         },
         HookStatus {
+            hook: "kfree_skb",
+            attached: loaded.hooks.kfree_skb,
+        },
+        HookStatus {
+            hook: "qdisc_sojourn",
+            attached: loaded.hooks.qdisc,
+        },
+        HookStatus {
             hook: "bpf_stats",
             attached: loaded.hooks.bpf_stats,
         },
@@ -124,10 +157,16 @@ async fn serve(
             _ = sigterm.recv() => break Ok(()),
             _ = sigint.recv() => break Ok(()),
         }
+        let mut c = collector.take().expect("collector is returned every tick");
+        if let Err(e) = lifecycle
+            .reconcile(cfg, handle, &mut loaded.ebpf, tc, &mut c, &mut folder)
+            .await
+        {
+            tracing::warn!("interface scan failed: {e:#}");
+        }
         let ifnames: HashMap<u32, String> =
             tc.attached().map(|i| (i.index, i.name.clone())).collect();
         // Map walks are syscalls: keep them off the async thread.
-        let mut c = collector.take().expect("collector is returned every tick");
         let names = ifnames.clone();
         let (c, mut snap) = match tokio::task::spawn_blocking(move || {
             let s = c.tick(&names);
@@ -144,11 +183,40 @@ async fn serve(
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
         snap.tick_seconds = cfg.tick.as_secs_f64();
-        let mut ifaces: Vec<String> = ifnames.into_values().collect();
+        let mut ifaces: Vec<String> = ifnames.values().cloned().collect();
         ifaces.sort();
         snap.interfaces = ifaces;
         snap.programs = progstats::read(&loaded.ebpf);
         snap.hooks = hooks.clone();
+        match netlink::links(handle).await {
+            Ok(links) => {
+                snap.links = links
+                    .into_iter()
+                    .filter_map(|l| {
+                        let iface = ifnames.get(&l.ifindex)?.clone();
+                        Some(LinkSeries { iface, stats: l })
+                    })
+                    .collect();
+                snap.links.sort_by(|a, b| a.iface.cmp(&b.iface));
+            }
+            Err(e) => tracing::warn!("{e:#}"),
+        }
+        match netlink::qdiscs(handle).await {
+            Ok(q) => {
+                snap.qdiscs = q
+                    .into_iter()
+                    .filter_map(|q| {
+                        let iface = ifnames.get(&q.ifindex)?.clone();
+                        Some(QdiscSeries { iface, stats: q })
+                    })
+                    .collect();
+                snap.qdiscs
+                    .sort_by(|a, b| (&a.iface, &a.stats.handle).cmp(&(&b.iface, &b.stats.handle)));
+            }
+            Err(e) => tracing::warn!("{e:#}"),
+        }
+        folder.apply(&mut snap);
+        snap.rdma = rdma.as_ref().map(|rx| rx.borrow().clone());
         if let Ok(mut g) = latest.write() {
             *g = Arc::new(snap);
         }

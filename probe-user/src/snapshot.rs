@@ -1,8 +1,13 @@
 //! The per-tick snapshot: everything the collectors saw at one tick, in base units, with
 //! counters already monotonic. The exporter, the JSON API and `probe top` read only this.
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::Arc};
 
 use serde::Serialize;
+
+use crate::collect::{
+    netlink::{LinkStats, QdiscStats},
+    rdma::RdmaSnapshot,
+};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
@@ -20,6 +25,62 @@ pub struct Snapshot {
     pub flow_evictions: u64,
     pub programs: Vec<ProgramStats>,
     pub hooks: Vec<HookStatus>,
+    pub bursts: Vec<BurstSeries>,
+    pub qdiscs: Vec<QdiscSeries>,
+    pub sojourn: Vec<SojournSeries>,
+    pub drops: Vec<DropSeries>,
+    pub links: Vec<LinkSeries>,
+    /// Inserts a full kernel map refused, by map.
+    pub map_full: Vec<MapFull>,
+    /// Peers whose traffic is folded into peer="other" (beyond the top-K).
+    pub peers_folded: u64,
+    pub rdma: Option<Arc<RdmaSnapshot>>,
+}
+
+/// Ended bursts of one peer's traffic on one interface in one direction (cumulative).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BurstSeries {
+    pub iface: String,
+    pub direction: &'static str,
+    pub peer: String,
+    pub count: u64,
+    /// Burst sizes in bytes.
+    pub bytes: Histogram,
+    /// Burst durations in seconds (first to last packet).
+    pub duration: Histogram,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct QdiscSeries {
+    pub iface: String,
+    #[serde(flatten)]
+    pub stats: QdiscStats,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SojournSeries {
+    pub iface: String,
+    /// Time packets spent in the interface's qdiscs, in seconds.
+    pub seconds: Histogram,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DropSeries {
+    pub reason: String,
+    pub packets: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LinkSeries {
+    pub iface: String,
+    #[serde(flatten)]
+    pub stats: LinkStats,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MapFull {
+    pub map: &'static str,
+    pub inserts_refused: u64,
 }
 
 /// Traffic of one peer on one interface in one direction (cumulative).
@@ -68,6 +129,36 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// Adds another histogram with the same bounds (used to fold series together).
+    pub fn merge(&mut self, other: &Histogram) {
+        if self.buckets.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            a.1 += b.1;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+    }
+
+    /// `self - before`, bucket by bucket (for per-tick deltas of a cumulative histogram).
+    pub fn minus(&self, before: &Histogram) -> Histogram {
+        if before.buckets.len() != self.buckets.len() {
+            return self.clone();
+        }
+        Histogram {
+            buckets: self
+                .buckets
+                .iter()
+                .zip(&before.buckets)
+                .map(|(a, b)| (a.0, a.1.saturating_sub(b.1)))
+                .collect(),
+            sum: (self.sum - before.sum).max(0.0),
+            count: self.count.saturating_sub(before.count),
+        }
+    }
+
     /// From log2 buckets of a value in `unit` (e.g. 1e-6 for microseconds): bucket i holds
     /// values in [2^i, 2^(i+1)), so its upper bound is 2^(i+1) units.
     pub fn from_log2(buckets: &[u64], sum_units: u64, unit: f64) -> Self {
@@ -136,9 +227,15 @@ mod tests {
         b[10] = 0xff;
         b[11] = 0xff;
         b[12..].copy_from_slice(&[10, 0, 0, 1]);
-        assert_eq!(ip_from_abi(probe_ebpf::AF_INET6, &b).unwrap().to_string(), "10.0.0.1");
+        assert_eq!(
+            ip_from_abi(probe_ebpf::AF_INET6, &b).unwrap().to_string(),
+            "10.0.0.1"
+        );
         let mut v4 = [0u8; 16];
         v4[..4].copy_from_slice(&[192, 0, 2, 7]);
-        assert_eq!(ip_from_abi(probe_ebpf::AF_INET, &v4).unwrap().to_string(), "192.0.2.7");
+        assert_eq!(
+            ip_from_abi(probe_ebpf::AF_INET, &v4).unwrap().to_string(),
+            "192.0.2.7"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Loads the object with its globals patched, and attaches the host-wide hooks (sock_ops on
 //! the cgroup v2 root, the retransmit tracepoint). Each hook that cannot attach is reported
 //! by name and left out; the TC data plane is the only hook probe cannot run without.
-use std::{fs::File, os::fd::OwnedFd};
+use std::{collections::HashMap, fs::File, os::fd::OwnedFd};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
@@ -12,7 +12,10 @@ use probe_ebpf::{globals, names};
 
 use crate::{
     config::Config,
-    host::{cgroup, tracefs},
+    host::{
+        cgroup,
+        tracefs::{self, EventFormat},
+    },
 };
 
 /// The compiled eBPF object, embedded at build time by build.rs.
@@ -23,12 +26,16 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pr
 pub struct Hooks {
     pub sock_ops: bool,
     pub tcp_retransmit: bool,
+    pub kfree_skb: bool,
+    pub qdisc: bool,
     pub bpf_stats: bool,
 }
 
 pub struct Loaded {
     pub ebpf: Ebpf,
     pub hooks: Hooks,
+    /// Drop reason value -> the kernel's name for it, from the kfree_skb print format.
+    pub drop_reasons: HashMap<u32, String>,
     /// Holding this fd keeps the kernel's run-time statistics on; the kernel turns them off
     /// again when the last holder closes it, even if probe is killed.
     _stats: Option<OwnedFd>,
@@ -45,11 +52,37 @@ pub fn first_line<E: std::error::Error + Send + Sync + 'static>(e: E) -> String 
 
 impl Loaded {
     pub fn load(cfg: &Config) -> Result<Self> {
-        let tracefs_root = tracefs::root();
-        let retx = tracefs_root
-            .as_ref()
-            .map_err(|e| anyhow!("{e:#}"))
-            .and_then(|root| tracefs::event_fields(root, "tcp", "tcp_retransmit_skb"));
+        let root = tracefs::root();
+        let event = |cat: &str, name: &str| -> Result<EventFormat> {
+            let root = root.as_ref().map_err(|e| anyhow!("{e:#}"))?;
+            EventFormat::read(root, cat, name)
+        };
+        // Each tracepoint's field offsets become globals; a 0 offset leaves that program idle.
+        let retx = event("tcp", "tcp_retransmit_skb").and_then(|f| {
+            Ok(vec![
+                (globals::RETX_OFF_FAMILY, f.offset("family")?),
+                (globals::RETX_OFF_SPORT, f.offset("sport")?),
+                (globals::RETX_OFF_DPORT, f.offset("dport")?),
+                (globals::RETX_OFF_SADDR, f.offset("saddr")?),
+                (globals::RETX_OFF_DADDR, f.offset("daddr")?),
+                (globals::RETX_OFF_SADDR_V6, f.offset("saddr_v6")?),
+                (globals::RETX_OFF_DADDR_V6, f.offset("daddr_v6")?),
+            ])
+        });
+        let mut drop_reasons = HashMap::new();
+        let drops = event("skb", "kfree_skb").and_then(|f| {
+            drop_reasons = f.symbols("reason");
+            Ok(vec![(globals::DROP_OFF_REASON, f.offset("reason")?)])
+        });
+        let qdisc = event("qdisc", "qdisc_enqueue").and_then(|enq| {
+            let deq = event("qdisc", "qdisc_dequeue")?;
+            Ok(vec![
+                (globals::QENQ_OFF_SKB, enq.offset("skbaddr")?),
+                (globals::QENQ_OFF_IFINDEX, enq.offset("ifindex")?),
+                (globals::QDEQ_OFF_SKB, deq.offset("skbaddr")?),
+                (globals::QDEQ_OFF_IFINDEX, deq.offset("ifindex")?),
+            ])
+        });
 
         let gap_ns = u64::try_from(cfg.burst_gap.as_nanos()).unwrap_or(u64::MAX);
         let mut loader = EbpfLoader::new();
@@ -58,22 +91,12 @@ impl Loaded {
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers);
-        // Offsets are u32 globals; leaving them 0 disables the tracepoint program's work.
-        let mut offsets = Vec::new();
-        if let Ok(fields) = &retx {
-            for (global, field) in [
-                (globals::RETX_OFF_FAMILY, "family"),
-                (globals::RETX_OFF_SPORT, "sport"),
-                (globals::RETX_OFF_DPORT, "dport"),
-                (globals::RETX_OFF_SADDR, "saddr"),
-                (globals::RETX_OFF_DADDR, "daddr"),
-                (globals::RETX_OFF_SADDR_V6, "saddr_v6"),
-                (globals::RETX_OFF_DADDR_V6, "daddr_v6"),
-            ] {
-                let off = fields.get(field).map(|(o, _)| *o).unwrap_or(0);
-                offsets.push((global, off));
-            }
-        }
+        let offsets: Vec<(&'static str, u32)> = [&retx, &drops, &qdisc]
+            .into_iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .copied()
+            .collect();
         for (global, off) in &offsets {
             loader.override_global(global, off, true);
         }
@@ -95,10 +118,24 @@ impl Loaded {
                 "per-connection RTT is off: sock_ops could not attach: {e:#}; flow accounting and retransmits still work"
             ),
         }
-        match retx.and_then(|_| attach_tracepoint(&mut ebpf)) {
+        match retx.and_then(|_| attach_tracepoint(&mut ebpf, names::TCP_RETRANSMIT, "tcp", "tcp_retransmit_skb")) {
             Ok(()) => hooks.tcp_retransmit = true,
             Err(e) => tracing::warn!(
-                "retransmits of sockets opened before probe started are not counted: tracepoint tcp:tcp_retransmit_skb could not attach: {e:#}"
+                "retransmits of sockets opened before probe started are not counted: tracepoint tcp:tcp_retransmit_skb: {e:#}"
+            ),
+        }
+        match drops.and_then(|_| attach_tracepoint(&mut ebpf, names::KFREE_SKB, "skb", "kfree_skb"))
+        {
+            Ok(()) => hooks.kfree_skb = true,
+            Err(e) => tracing::warn!("drops by reason are off: tracepoint skb:kfree_skb: {e:#}"),
+        }
+        match qdisc.and_then(|_| {
+            attach_tracepoint(&mut ebpf, names::QDISC_ENQUEUE, "qdisc", "qdisc_enqueue")?;
+            attach_tracepoint(&mut ebpf, names::QDISC_DEQUEUE, "qdisc", "qdisc_dequeue")
+        }) {
+            Ok(()) => hooks.qdisc = true,
+            Err(e) => tracing::warn!(
+                "qdisc sojourn time is off (backlog from netlink still works): qdisc tracepoints: {e:#}"
             ),
         }
 
@@ -114,12 +151,15 @@ impl Loaded {
                 }
             }
         } else {
-            tracing::warn!("BPF run-time statistics need CAP_SYS_ADMIN; probe_bpf_run_seconds_total stays 0");
+            tracing::warn!(
+                "BPF run-time statistics need CAP_SYS_ADMIN; probe_bpf_run_seconds_total stays 0"
+            );
             None
         };
         Ok(Self {
             ebpf,
             hooks,
+            drop_reasons,
             _stats: stats,
         })
     }
@@ -143,14 +183,16 @@ fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<String> {
     Ok(root.display().to_string())
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf) -> Result<()> {
+fn attach_tracepoint(ebpf: &mut Ebpf, program: &str, category: &str, name: &str) -> Result<()> {
     let prog: &mut TracePoint = ebpf
-        .program_mut(names::TCP_RETRANSMIT)
-        .context("tracepoint program missing from the object")?
+        .program_mut(program)
+        .with_context(|| format!("program {program} missing from the object"))?
         .try_into()?;
-    prog.load()
-        .map_err(|e| anyhow!("kernel rejected the tracepoint program: {}", first_line(e)))?;
-    prog.attach("tcp", "tcp_retransmit_skb")
+    prog.load().map_err(|e| {
+        tracing::debug!("{e}");
+        anyhow!("kernel rejected {program}: {}", first_line(e))
+    })?;
+    prog.attach(category, name)
         .map_err(|e| anyhow!("{}", first_line(e)))?;
     Ok(())
 }

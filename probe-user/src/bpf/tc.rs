@@ -9,6 +9,7 @@ use std::{collections::HashMap, path::PathBuf};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
+    maps::{HashMap as BpfHashMap, MapData},
     programs::{
         tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions, TcError},
         LinkOrder, SchedClassifier, TcAttachType,
@@ -42,6 +43,8 @@ struct Attachment {
 pub struct TcAttacher {
     mode: Mode,
     attached: HashMap<u32, Attachment>,
+    /// The kernel's set of interfaces whose qdisc sojourn time is measured.
+    qdisc_ifaces: BpfHashMap<MapData, u32, u8>,
 }
 
 fn programs(l2: L2) -> (&'static str, &'static str) {
@@ -99,14 +102,15 @@ impl TcAttacher {
                 Mode::Netlink => "a clsact qdisc and netlink filters",
             }
         );
+        let qdisc_ifaces = BpfHashMap::try_from(
+            ebpf.take_map(names::QDISC_IFACES)
+                .context("map QDISC_IFACES missing from the object")?,
+        )?;
         Ok(Self {
             mode,
             attached: HashMap::new(),
+            qdisc_ifaces,
         })
-    }
-
-    pub fn mode(&self) -> Mode {
-        self.mode
     }
 
     pub fn is_attached(&self, ifindex: u32) -> bool {
@@ -138,6 +142,9 @@ impl TcAttacher {
                 return Err(e);
             }
         };
+        if let Err(e) = self.qdisc_ifaces.insert(iface.index, 1, 0) {
+            tracing::warn!("qdisc sojourn time for {} is off: {e}", iface.name);
+        }
         tracing::info!("attached to {} (ifindex {})", iface.name, iface.index);
         self.attached.insert(
             iface.index,
@@ -209,6 +216,7 @@ impl TcAttacher {
         let Some(a) = self.attached.remove(&ifindex) else {
             return;
         };
+        let _ = self.qdisc_ifaces.remove(&ifindex);
         for (name, link) in [a.ingress, a.egress] {
             let r = prog(ebpf, name).and_then(|p| Ok(p.detach(link)?));
             if let Err(e) = r {

@@ -69,7 +69,11 @@ pub struct FlowTick<'a> {
 }
 
 pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
-    let addr = if k.direction == DIR_EGRESS { &k.dst } else { &k.src };
+    let addr = if k.direction == DIR_EGRESS {
+        &k.dst
+    } else {
+        &k.src
+    };
     ip_from_abi(k.family, addr)
 }
 

@@ -1,19 +1,27 @@
 //! Collectors: each reads one part of the kernel's state once per tick. `Collector::tick`
 //! runs them all and assembles the snapshot.
+pub mod bursts;
+pub mod delta;
+pub mod drops;
 pub mod flows;
+pub mod netlink;
 pub mod progstats;
+pub mod rdma;
+pub mod sojourn;
 pub mod tcp;
 
 use std::{collections::HashMap, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, PerCpuHashMap},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
     Ebpf,
 };
 use probe_ebpf::{names, DIR_EGRESS};
 
-use crate::snapshot::{peer_label, FlowSeries, NonIpSeries, Snapshot};
+use crate::snapshot::{
+    peer_label, BurstSeries, DropSeries, FlowSeries, MapFull, NonIpSeries, Snapshot, SojournSeries,
+};
 
 /// Flows idle this long are removed from the kernel map after their last count is read.
 const FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -21,6 +29,10 @@ const FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Collector {
     flows: flows::FlowCollector,
     tcp: tcp::TcpCollector,
+    bursts: bursts::BurstCollector,
+    drops: drops::DropCollector,
+    sojourn: sojourn::SojournCollector,
+    errors: PerCpuArray<MapData, u64>,
 }
 
 pub fn direction_label(d: u8) -> &'static str {
@@ -44,7 +56,7 @@ pub fn monotonic_ns() -> u64 {
 
 impl Collector {
     /// Takes the maps out of the loaded object: the collector owns them from here on.
-    pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
+    pub fn new(ebpf: &mut Ebpf, drop_names: HashMap<u32, String>) -> Result<Self> {
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .with_context(|| format!("map {name} missing from the object"))
@@ -53,12 +65,16 @@ impl Collector {
         let nonip = PerCpuHashMap::try_from(take(names::NONIP)?)?;
         let conns = BpfHashMap::try_from(take(names::CONNS)?)?;
         let peers = BpfHashMap::try_from(take(names::PEER_TCP)?)?;
+        let bursts = BpfHashMap::try_from(take(names::PEER_BURSTS)?)?;
+        let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
+        let sojourn = BpfHashMap::try_from(take(names::QDISC_SOJOURN)?)?;
+        let errors = PerCpuArray::try_from(take(names::ERRORS)?)?;
         Ok(Self {
-            flows: flows::FlowCollector::new(
-                flow_map,
-                nonip,
-                FLOW_IDLE_TIMEOUT.as_nanos() as u64,
-            ),
+            bursts: bursts::BurstCollector::new(bursts),
+            drops: drops::DropCollector::new(drops, drop_names),
+            sojourn: sojourn::SojournCollector::new(sojourn),
+            errors,
+            flows: flows::FlowCollector::new(flow_map, nonip, FLOW_IDLE_TIMEOUT.as_nanos() as u64),
             tcp: tcp::TcpCollector::new(conns, peers),
         })
     }
@@ -101,10 +117,51 @@ impl Collector {
         snap.nonip
             .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
         snap.peers = self.tcp.tick();
+        for (k, b) in self.bursts.tick() {
+            let Some(iface) = ifnames.get(&k.ifindex) else {
+                continue;
+            };
+            snap.bursts.push(BurstSeries {
+                iface: iface.clone(),
+                direction: direction_label(k.direction),
+                peer: peer_label(k.peer),
+                count: b.count,
+                bytes: b.sizes,
+                duration: b.durations,
+            });
+        }
+        snap.bursts.sort_by(|a, b| {
+            (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
+        });
+        for (ifindex, h) in self.sojourn.tick() {
+            if let Some(iface) = ifnames.get(&ifindex) {
+                snap.sojourn.push(SojournSeries {
+                    iface: iface.clone(),
+                    seconds: h,
+                });
+            }
+        }
+        snap.sojourn.sort_by(|a, b| a.iface.cmp(&b.iface));
+        snap.drops = self
+            .drops
+            .tick()
+            .into_iter()
+            .map(|(reason, packets)| DropSeries { reason, packets })
+            .collect();
+        snap.map_full = progstats::map_full(&self.errors)
+            .into_iter()
+            .map(|(map, n)| MapFull {
+                map,
+                inserts_refused: n,
+            })
+            .collect();
         snap
     }
 
+    /// Forgets everything about an interface that went away.
     pub fn forget_interface(&mut self, ifindex: u32) {
         self.flows.forget_interface(ifindex);
+        self.bursts.forget_interface(ifindex);
+        self.sojourn.forget_interface(ifindex);
     }
 }

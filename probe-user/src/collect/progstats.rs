@@ -1,6 +1,11 @@
-//! The kernel's own accounting of probe's programs: cumulative run time and run count, kept
-//! while BPF run-time statistics are enabled (see bpf::load).
-use aya::Ebpf;
+//! probe's own cost and health as the kernel sees it: run time and run count of each
+//! program (kept while BPF run-time statistics are on, see bpf::load), and inserts refused by
+//! full maps.
+use aya::{
+    maps::{MapData, PerCpuArray},
+    Ebpf,
+};
+use probe_ebpf::errors;
 
 use crate::snapshot::ProgramStats;
 
@@ -8,7 +13,7 @@ pub fn read(ebpf: &Ebpf) -> Vec<ProgramStats> {
     let mut out: Vec<ProgramStats> = ebpf
         .programs()
         .filter_map(|(name, p)| {
-            // Programs that were never loaded (none today) have no info.
+            // A program the kernel refused is not loaded and has no info.
             let info = p.info().ok()?;
             Some(ProgramStats {
                 program: name.to_owned(),
@@ -19,4 +24,19 @@ pub fn read(ebpf: &Ebpf) -> Vec<ProgramStats> {
         .collect();
     out.sort_by(|a, b| a.program.cmp(&b.program));
     out
+}
+
+/// (map name, refused inserts) for each map that can refuse one.
+pub fn map_full(errors_map: &PerCpuArray<MapData, u64>) -> Vec<(&'static str, u64)> {
+    errors::NAMES
+        .iter()
+        .enumerate()
+        .map(|(slot, name)| {
+            let n = errors_map
+                .get(&(slot as u32), 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0);
+            (*name, n)
+        })
+        .collect()
 }

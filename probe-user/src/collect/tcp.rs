@@ -106,11 +106,8 @@ impl TcpCollector {
             let Some(peer) = ip_from_abi(k.family, &k.raddr) else {
                 continue;
             };
-            let active = self
-                .prev_samples
-                .get(&k)
-                .is_none_or(|n| c.rtt_samples > *n)
-                && c.rtt_samples > 0;
+            let active =
+                self.prev_samples.get(&k).is_none_or(|n| c.rtt_samples > *n) && c.rtt_samples > 0;
             samples.insert(k, c.rtt_samples);
             let a = aggs.entry(peer).or_default();
             a.open += 1;
@@ -152,7 +149,10 @@ impl TcpCollector {
         for (peer, a) in aggs {
             out.push(PeerSeries {
                 peer: peer_label(peer),
-                srtt_seconds: a.active_srtt_us.or(a.open_srtt_us).map(|us| us as f64 * 1e-6),
+                srtt_seconds: a
+                    .active_srtt_us
+                    .or(a.open_srtt_us)
+                    .map(|us| us as f64 * 1e-6),
                 min_rtt_seconds: a.min_rtt_us.map(|us| us as f64 * 1e-6),
                 connections: a.open,
                 rtt: Histogram::from_log2(&[0; LOG2_BUCKETS], 0, 1e-6),

@@ -71,7 +71,9 @@ fn gauge(
     help: &str,
     series: impl IntoIterator<Item = Series<f64>>,
 ) -> std::fmt::Result {
-    family(enc, name, help, MetricType::Gauge, series, |m, v| m.encode_gauge(v))
+    family(enc, name, help, MetricType::Gauge, series, |m, v| {
+        m.encode_gauge(v)
+    })
 }
 
 fn l(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
@@ -97,7 +99,11 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     info.encode(m.encode_family(&[("version", version)])?)?;
 
     let flow = |f: &crate::snapshot::FlowSeries| {
-        l(&[("iface", &f.iface), ("direction", f.direction), ("peer", &f.peer)])
+        l(&[
+            ("iface", &f.iface),
+            ("direction", f.direction),
+            ("peer", &f.peer),
+        ])
     };
     counter(
         enc,
@@ -123,7 +129,8 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         "ECN-capable packets (ECT(0), ECT(1) or CE)",
         s.flows.iter().map(|f| (flow(f), f.ect_packets)),
     )?;
-    let nonip = |n: &crate::snapshot::NonIpSeries| l(&[("iface", &n.iface), ("direction", n.direction)]);
+    let nonip =
+        |n: &crate::snapshot::NonIpSeries| l(&[("iface", &n.iface), ("direction", n.direction)]);
     counter(
         enc,
         "probe_nonip_bytes",
@@ -205,6 +212,26 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
             .iter()
             .map(|p| (l(&[("program", &p.program)]), p.runs)),
     )?;
+    encode_bursts(s, enc)?;
+    encode_queues(s, enc)?;
+    encode_interfaces(s, enc)?;
+    counter(
+        enc,
+        "probe_map_full",
+        "Inserts a full kernel map refused (the LRU flow map evicts instead; see probe_flow_evictions_total)",
+        s.map_full
+            .iter()
+            .map(|m| (l(&[("map", m.map)]), m.inserts_refused)),
+    )?;
+    gauge(
+        enc,
+        "probe_peers_folded",
+        "Peers beyond the top-K whose traffic is reported as peer=\"other\"",
+        [(vec![], s.peers_folded as f64)],
+    )?;
+    if let Some(r) = &s.rdma {
+        crate::collect::rdma::encode_metrics(r, enc)?;
+    }
     gauge(
         enc,
         "probe_hook_attached",
@@ -213,6 +240,167 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
             .iter()
             .map(|h| (l(&[("hook", h.hook)]), if h.attached { 1.0 } else { 0.0 })),
     )?;
+    Ok(())
+}
+
+fn histogram_family<'a>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Vec<(&'static str, String)>, &'a crate::snapshot::Histogram)>,
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        m.encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
+    }
+    Ok(())
+}
+
+fn encode_bursts(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    let b = |b: &crate::snapshot::BurstSeries| {
+        l(&[
+            ("iface", &b.iface),
+            ("direction", b.direction),
+            ("peer", &b.peer),
+        ])
+    };
+    counter(
+        enc,
+        "probe_bursts",
+        "Bursts of a peer's traffic that ended (an idle gap longer than --burst-gap followed)",
+        s.bursts.iter().map(|x| (b(x), x.count)),
+    )?;
+    histogram_family(
+        enc,
+        "probe_burst_bytes",
+        "Sizes of ended bursts in bytes (log2 buckets)",
+        s.bursts.iter().map(|x| (b(x), &x.bytes)),
+    )?;
+    histogram_family(
+        enc,
+        "probe_burst_duration_seconds",
+        "Durations of ended bursts, first to last packet (log2 buckets)",
+        s.bursts.iter().map(|x| (b(x), &x.duration)),
+    )
+}
+
+fn encode_queues(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    let q = |q: &crate::snapshot::QdiscSeries| {
+        l(&[
+            ("iface", &q.iface),
+            ("qdisc", &q.stats.kind),
+            ("handle", &q.stats.handle),
+            ("parent", &q.stats.parent),
+        ])
+    };
+    gauge(
+        enc,
+        "probe_qdisc_backlog_packets",
+        "Packets queued in a qdisc (netlink qdisc stats)",
+        s.qdiscs
+            .iter()
+            .map(|x| (q(x), x.stats.backlog_packets as f64)),
+    )?;
+    gauge(
+        enc,
+        "probe_qdisc_backlog_bytes",
+        "Bytes queued in a qdisc (netlink qdisc stats)",
+        s.qdiscs
+            .iter()
+            .map(|x| (q(x), x.stats.backlog_bytes as f64)),
+    )?;
+    counter(
+        enc,
+        "probe_qdisc_drops",
+        "Packets a qdisc dropped",
+        s.qdiscs.iter().map(|x| (q(x), x.stats.drops)),
+    )?;
+    counter(
+        enc,
+        "probe_qdisc_overlimits",
+        "Times a qdisc was over its limit (throttled or dropped)",
+        s.qdiscs.iter().map(|x| (q(x), x.stats.overlimits)),
+    )?;
+    counter(
+        enc,
+        "probe_qdisc_requeues",
+        "Packets a qdisc requeued",
+        s.qdiscs.iter().map(|x| (q(x), x.stats.requeues)),
+    )?;
+    histogram_family(
+        enc,
+        "probe_qdisc_sojourn_seconds",
+        "Time packets spent in an interface's root qdisc, enqueue to dequeue (log2 buckets)",
+        s.sojourn
+            .iter()
+            .map(|x| (l(&[("iface", &x.iface)]), &x.seconds)),
+    )?;
+    counter(
+        enc,
+        "probe_drops",
+        "Packets the kernel dropped, by the kernel's drop reason (skb:kfree_skb, whole host)",
+        s.drops
+            .iter()
+            .map(|d| (l(&[("reason", &d.reason)]), d.packets)),
+    )
+}
+
+fn encode_interfaces(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    type Field = fn(&crate::collect::netlink::LinkStats) -> u64;
+    let fields: [(&str, &str, Field); 8] = [
+        (
+            "probe_interface_receive_bytes",
+            "Bytes received (link stats64)",
+            |x| x.rx_bytes,
+        ),
+        (
+            "probe_interface_transmit_bytes",
+            "Bytes sent (link stats64)",
+            |x| x.tx_bytes,
+        ),
+        (
+            "probe_interface_receive_packets",
+            "Packets received (link stats64)",
+            |x| x.rx_packets,
+        ),
+        (
+            "probe_interface_transmit_packets",
+            "Packets sent (link stats64)",
+            |x| x.tx_packets,
+        ),
+        (
+            "probe_interface_receive_errors",
+            "Receive errors (link stats64)",
+            |x| x.rx_errors,
+        ),
+        (
+            "probe_interface_transmit_errors",
+            "Transmit errors (link stats64)",
+            |x| x.tx_errors,
+        ),
+        (
+            "probe_interface_receive_dropped",
+            "Received packets dropped (link stats64)",
+            |x| x.rx_dropped,
+        ),
+        (
+            "probe_interface_transmit_dropped",
+            "Packets dropped on transmit (link stats64)",
+            |x| x.tx_dropped,
+        ),
+    ];
+    for (name, help, f) in fields {
+        counter(
+            enc,
+            name,
+            help,
+            s.links
+                .iter()
+                .map(|x| (l(&[("iface", &x.iface)]), f(&x.stats))),
+        )?;
+    }
     Ok(())
 }
 
@@ -254,10 +442,20 @@ mod tests {
         assert!(text.contains(
             "probe_flow_bytes_total{iface=\"eth0\",direction=\"egress\",peer=\"10.0.0.2\"} 1500"
         ), "{text}");
-        assert!(text.contains("probe_tcp_retransmits_total{peer=\"10.0.0.2\"} 7"), "{text}");
-        assert!(text.contains("probe_tcp_srtt_seconds{peer=\"10.0.0.2\"} 0.002"), "{text}");
-        assert!(text.contains("probe_tcp_rtt_seconds_bucket{le=\"0.000004\",peer=\"10.0.0.2\"} 3")
-            || text.contains("probe_tcp_rtt_seconds_bucket{peer=\"10.0.0.2\",le=\"0.000004\"} 3"), "{text}");
+        assert!(
+            text.contains("probe_tcp_retransmits_total{peer=\"10.0.0.2\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("probe_tcp_srtt_seconds{peer=\"10.0.0.2\"} 0.002"),
+            "{text}"
+        );
+        assert!(
+            text.contains("probe_tcp_rtt_seconds_bucket{le=\"0.000004\",peer=\"10.0.0.2\"} 3")
+                || text
+                    .contains("probe_tcp_rtt_seconds_bucket{peer=\"10.0.0.2\",le=\"0.000004\"} 3"),
+            "{text}"
+        );
         assert!(text.contains("probe_build_info{version="), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }

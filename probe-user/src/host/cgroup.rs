@@ -34,7 +34,10 @@ mod tests {
     #[test]
     fn hybrid_and_unified() {
         let hybrid = "tmpfs /sys/fs/cgroup tmpfs rw 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n";
-        assert_eq!(find_cgroup2(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            find_cgroup2(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
         let unified = "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n";
         assert_eq!(find_cgroup2(unified), Some(PathBuf::from("/sys/fs/cgroup")));
         assert_eq!(find_cgroup2("proc /proc proc rw 0 0\n"), None);

@@ -107,9 +107,16 @@ mod tests {
 
     #[test]
     fn defaults_take_up_non_loopback() {
-        let all = [iface("lo", true, true), iface("eth0", true, false), iface("eth1", false, false)];
+        let all = [
+            iface("lo", true, true),
+            iface("eth0", true, false),
+            iface("eth1", false, false),
+        ];
         let got = select(&Config::default(), &all).unwrap();
-        assert_eq!(got.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["eth0"]);
+        assert_eq!(
+            got.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+            ["eth0"]
+        );
     }
 
     #[test]
@@ -118,7 +125,9 @@ mod tests {
             include: vec!["nope0".into()],
             ..Config::default()
         };
-        let e = select(&cfg, &[iface("eth0", true, false)]).unwrap_err().to_string();
+        let e = select(&cfg, &[iface("eth0", true, false)])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nope0"), "{e}");
     }
 
@@ -129,7 +138,11 @@ mod tests {
             exclude: vec!["eth1".into()],
             ..Config::default()
         };
-        let all = [iface("eth0", true, false), iface("eth1", true, false), iface("ib0", true, false)];
+        let all = [
+            iface("eth0", true, false),
+            iface("eth1", true, false),
+            iface("ib0", true, false),
+        ];
         let got = select(&cfg, &all).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].name, "eth0");

@@ -38,12 +38,70 @@ pub fn root() -> Result<PathBuf> {
     Ok(PathBuf::from(TRACEFS))
 }
 
-/// Field name -> (offset, size) of a tracepoint record, from its `format` file.
-pub fn event_fields(root: &Path, category: &str, event: &str) -> Result<HashMap<String, (u32, u32)>> {
-    let path = root.join("events").join(category).join(event).join("format");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("tracepoint {category}:{event} is not available ({})", path.display()))?;
-    parse_format(&text).ok_or_else(|| anyhow!("cannot parse {}", path.display()))
+/// A tracepoint's `format` file: its record layout and print format.
+pub struct EventFormat {
+    pub text: String,
+    pub fields: HashMap<String, (u32, u32)>,
+}
+
+impl EventFormat {
+    pub fn read(root: &Path, category: &str, event: &str) -> Result<Self> {
+        let path = root
+            .join("events")
+            .join(category)
+            .join(event)
+            .join("format");
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "tracepoint {category}:{event} is not available ({})",
+                path.display()
+            )
+        })?;
+        let fields =
+            parse_format(&text).ok_or_else(|| anyhow!("cannot parse {}", path.display()))?;
+        Ok(Self { text, fields })
+    }
+
+    /// Offset of `field`, or an error naming it.
+    pub fn offset(&self, field: &str) -> Result<u32> {
+        self.fields
+            .get(field)
+            .map(|(o, _)| *o)
+            .ok_or_else(|| anyhow!("the record has no field `{field}`"))
+    }
+
+    /// The value -> name table of `__print_symbolic(REC->field, { 2, "NAME" }, ...)` in the
+    /// print format: how the kernel itself names an enum field (e.g. drop reasons).
+    pub fn symbols(&self, field: &str) -> HashMap<u32, String> {
+        parse_symbolic(&self.text, field)
+    }
+}
+
+fn parse_symbolic(text: &str, field: &str) -> HashMap<u32, String> {
+    let mut out = HashMap::new();
+    let marker = format!("__print_symbolic(REC->{field},");
+    let Some(start) = text.find(&marker) else {
+        return out;
+    };
+    let mut rest = &text[start + marker.len()..];
+    // Entries look like `{ 2, "NOT_SPECIFIED" }`; the list ends at the closing `)`.
+    while let Some(open) = rest.find('{') {
+        if rest[..open].contains(')') {
+            break;
+        }
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let entry = &rest[open + 1..open + close];
+        if let Some((num, name)) = entry.split_once(',') {
+            let name = name.trim().trim_matches('"');
+            if let Ok(n) = num.trim().parse::<u32>() {
+                out.insert(n, name.to_owned());
+            }
+        }
+        rest = &rest[open + close + 1..];
+    }
+    out
 }
 
 fn parse_format(text: &str) -> Option<HashMap<String, (u32, u32)>> {
@@ -100,6 +158,16 @@ format:
 
 print fmt: \"...\"
 ";
+
+    #[test]
+    fn parses_symbolic_tables() {
+        let text = "print fmt: \"reason: %s\", __print_symbolic(REC->reason, { 2, \"NOT_SPECIFIED\" }, { 12, \"NETFILTER_DROP\" }), REC->x, __print_symbolic(REC->state, { 1, \"X\" })";
+        let m = parse_symbolic(text, "reason");
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[&12], "NETFILTER_DROP");
+        assert_eq!(parse_symbolic(text, "state")[&1], "X");
+        assert!(parse_symbolic(text, "nope").is_empty());
+    }
 
     #[test]
     fn parses_retransmit_format() {

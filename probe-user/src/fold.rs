@@ -1,0 +1,266 @@
+//! Bounded cardinality. At most K peers (by recent traffic) have their own series; the rest
+//! fold into `peer="other"`.
+//!
+//! Membership is sticky so that every counter stays monotonic: a peer keeps its series while
+//! it is active and loses it only after `idle_ticks` without traffic; a newcomer gets a series
+//! only when a slot is free. A non-member's traffic enters "other" as per-tick deltas, so
+//! "other" only ever grows.
+use std::collections::{HashMap, HashSet};
+
+use crate::snapshot::{BurstSeries, FlowSeries, Histogram, PeerSeries, Snapshot};
+
+pub const OTHER: &str = "other";
+
+type SeriesKey = (String, &'static str, String);
+
+pub struct PeerFolder {
+    k: usize,
+    idle_ticks: u64,
+    tick: u64,
+    /// Member peer -> last tick it was active.
+    members: HashMap<String, u64>,
+    prev_flows: HashMap<SeriesKey, FlowSeries>,
+    prev_peers: HashMap<String, PeerSeries>,
+    prev_bursts: HashMap<SeriesKey, BurstSeries>,
+    other_flows: HashMap<(String, &'static str), FlowSeries>,
+    other_peer: Option<PeerSeries>,
+    other_bursts: HashMap<(String, &'static str), BurstSeries>,
+}
+
+fn fkey(f: &FlowSeries) -> SeriesKey {
+    (f.iface.clone(), f.direction, f.peer.clone())
+}
+
+fn bkey(b: &BurstSeries) -> SeriesKey {
+    (b.iface.clone(), b.direction, b.peer.clone())
+}
+
+impl PeerFolder {
+    pub fn new(k: usize, idle_ticks: u64) -> Self {
+        Self {
+            k,
+            idle_ticks,
+            tick: 0,
+            members: HashMap::new(),
+            prev_flows: HashMap::new(),
+            prev_peers: HashMap::new(),
+            prev_bursts: HashMap::new(),
+            other_flows: HashMap::new(),
+            other_peer: None,
+            other_bursts: HashMap::new(),
+        }
+    }
+
+    pub fn apply(&mut self, snap: &mut Snapshot) {
+        self.tick += 1;
+        // Activity this tick: bytes moved, plus RTT samples (~ one per acked segment) so that
+        // peers seen only by sock_ops rank too.
+        let mut activity: HashMap<String, u64> = HashMap::new();
+        for f in &snap.flows {
+            let before = self.prev_flows.get(&fkey(f)).map_or(0, |p| p.bytes);
+            *activity.entry(f.peer.clone()).or_default() += f.bytes.saturating_sub(before);
+        }
+        for p in &snap.peers {
+            let before = self.prev_peers.get(&p.peer).map_or(0, |x| x.rtt.count);
+            *activity.entry(p.peer.clone()).or_default() +=
+                p.rtt.count.saturating_sub(before) * 1500;
+        }
+        for (peer, a) in &activity {
+            if *a > 0 {
+                if let Some(last) = self.members.get_mut(peer) {
+                    *last = self.tick;
+                }
+            }
+        }
+        let (tick, idle) = (self.tick, self.idle_ticks);
+        self.members.retain(|_, last| tick - *last <= idle);
+        let mut candidates: Vec<(&String, &u64)> = activity
+            .iter()
+            .filter(|(p, a)| **a > 0 && !self.members.contains_key(*p))
+            .collect();
+        candidates.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (peer, _) in candidates {
+            if self.members.len() >= self.k {
+                break;
+            }
+            self.members.insert(peer.clone(), self.tick);
+        }
+
+        let members: HashSet<&String> = self.members.keys().collect();
+        let mut folded: HashSet<String> = HashSet::new();
+
+        // Flows.
+        let mut kept = Vec::with_capacity(snap.flows.len());
+        let mut prev_flows = HashMap::with_capacity(snap.flows.len());
+        for f in std::mem::take(&mut snap.flows) {
+            let key = fkey(&f);
+            if !members.contains(&f.peer) {
+                folded.insert(f.peer.clone());
+                let before = self.prev_flows.get(&key).cloned().unwrap_or_default();
+                let o = self
+                    .other_flows
+                    .entry((f.iface.clone(), f.direction))
+                    .or_insert_with(|| FlowSeries {
+                        iface: f.iface.clone(),
+                        direction: f.direction,
+                        peer: OTHER.into(),
+                        ..FlowSeries::default()
+                    });
+                o.bytes += f.bytes.saturating_sub(before.bytes);
+                o.packets += f.packets.saturating_sub(before.packets);
+                o.ce_packets += f.ce_packets.saturating_sub(before.ce_packets);
+                o.ect_packets += f.ect_packets.saturating_sub(before.ect_packets);
+            } else {
+                kept.push(f.clone());
+            }
+            prev_flows.insert(key, f);
+        }
+        self.prev_flows = prev_flows;
+        kept.extend(self.other_flows.values().cloned());
+        snap.flows = kept;
+
+        // TCP peers.
+        let mut kept = Vec::with_capacity(snap.peers.len());
+        let mut prev_peers = HashMap::with_capacity(snap.peers.len());
+        let mut other_srtt: Option<f64> = None;
+        let mut other_min: Option<f64> = None;
+        let mut other_conns = 0;
+        let mut any_other = false;
+        for p in std::mem::take(&mut snap.peers) {
+            if !members.contains(&p.peer) {
+                any_other = true;
+                folded.insert(p.peer.clone());
+                let before = self.prev_peers.get(&p.peer).cloned().unwrap_or_default();
+                let o = self.other_peer.get_or_insert_with(|| PeerSeries {
+                    peer: OTHER.into(),
+                    ..PeerSeries::default()
+                });
+                o.rtt.merge(&p.rtt.minus(&before.rtt));
+                o.retransmits += p.retransmits.saturating_sub(before.retransmits);
+                other_srtt = match (other_srtt, p.srtt_seconds) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                other_min = match (other_min, p.min_rtt_seconds) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                other_conns += p.connections;
+            } else {
+                kept.push(p.clone());
+            }
+            prev_peers.insert(p.peer.clone(), p);
+        }
+        self.prev_peers = prev_peers;
+        if let Some(o) = &mut self.other_peer {
+            o.srtt_seconds = other_srtt;
+            o.min_rtt_seconds = other_min;
+            o.connections = if any_other { other_conns } else { 0 };
+            kept.push(o.clone());
+        }
+        snap.peers = kept;
+
+        // Bursts.
+        let mut kept = Vec::with_capacity(snap.bursts.len());
+        let mut prev_bursts = HashMap::with_capacity(snap.bursts.len());
+        for b in std::mem::take(&mut snap.bursts) {
+            let key = bkey(&b);
+            if !members.contains(&b.peer) {
+                folded.insert(b.peer.clone());
+                let before = self.prev_bursts.get(&key).cloned().unwrap_or_default();
+                let o = self
+                    .other_bursts
+                    .entry((b.iface.clone(), b.direction))
+                    .or_insert_with(|| BurstSeries {
+                        iface: b.iface.clone(),
+                        direction: b.direction,
+                        peer: OTHER.into(),
+                        count: 0,
+                        bytes: Histogram::default(),
+                        duration: Histogram::default(),
+                    });
+                o.count += b.count.saturating_sub(before.count);
+                o.bytes.merge(&b.bytes.minus(&before.bytes));
+                o.duration.merge(&b.duration.minus(&before.duration));
+            } else {
+                kept.push(b.clone());
+            }
+            prev_bursts.insert(key, b);
+        }
+        self.prev_bursts = prev_bursts;
+        kept.extend(self.other_bursts.values().cloned());
+        snap.bursts = kept;
+
+        snap.peers_folded = folded.len() as u64;
+    }
+
+    /// Drops "other" accumulators of an interface that went away.
+    pub fn forget_interface(&mut self, iface: &str) {
+        self.other_flows.retain(|(i, _), _| i != iface);
+        self.other_bursts.retain(|(i, _), _| i != iface);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(peer: &str, bytes: u64) -> FlowSeries {
+        FlowSeries {
+            iface: "eth0".into(),
+            direction: "egress",
+            peer: peer.into(),
+            bytes,
+            packets: bytes / 1000,
+            ..FlowSeries::default()
+        }
+    }
+
+    fn snap(flows: Vec<FlowSeries>) -> Snapshot {
+        Snapshot {
+            flows,
+            ..Snapshot::default()
+        }
+    }
+
+    fn bytes_of(s: &Snapshot, peer: &str) -> Option<u64> {
+        s.flows.iter().find(|f| f.peer == peer).map(|f| f.bytes)
+    }
+
+    #[test]
+    fn top_k_keeps_the_busiest_and_folds_the_rest_monotonically() {
+        let mut f = PeerFolder::new(2, 3);
+        let mut s = snap(vec![flow("a", 9000), flow("b", 5000), flow("c", 1000)]);
+        f.apply(&mut s);
+        assert_eq!(bytes_of(&s, "a"), Some(9000));
+        assert_eq!(bytes_of(&s, "b"), Some(5000));
+        assert_eq!(bytes_of(&s, "c"), None);
+        assert_eq!(bytes_of(&s, OTHER), Some(1000));
+        assert_eq!(s.peers_folded, 1);
+
+        // c becomes the busiest, but a and b are still active: c stays folded.
+        let mut s = snap(vec![flow("a", 9100), flow("b", 5100), flow("c", 50_000)]);
+        f.apply(&mut s);
+        assert_eq!(bytes_of(&s, "c"), None);
+        assert_eq!(bytes_of(&s, OTHER), Some(50_000));
+
+        // b goes idle for longer than idle_ticks: its slot goes to c.
+        let mut last_other = 50_000;
+        for i in 0..5 {
+            let mut s = snap(vec![
+                flow("a", 9200 + i),
+                flow("b", 5100),
+                flow("c", 60_000 + i),
+            ]);
+            f.apply(&mut s);
+            let other = bytes_of(&s, OTHER).unwrap();
+            assert!(other >= last_other, "other must not decrease");
+            last_other = other;
+        }
+        let mut s = snap(vec![flow("a", 9300), flow("b", 5100), flow("c", 70_000)]);
+        f.apply(&mut s);
+        assert_eq!(bytes_of(&s, "c"), Some(70_000));
+        assert_eq!(bytes_of(&s, "b"), None);
+        assert!(bytes_of(&s, OTHER).unwrap() >= last_other);
+    }
+}
