@@ -12,6 +12,7 @@ use std::{
 use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats, DIR_EGRESS};
 
+use super::batch::MapReader;
 use crate::snapshot::ip_from_abi;
 
 /// One exported series: traffic to/from one peer on one interface in one direction.
@@ -52,6 +53,7 @@ impl Totals {
 
 pub struct FlowCollector {
     flows: HashMap<MapData, FlowKey, FlowStats>,
+    reader: MapReader,
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
     prev: StdHashMap<FlowKey, FlowStats>,
     totals: StdHashMap<SeriesKey, Totals>,
@@ -80,11 +82,13 @@ pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
 impl FlowCollector {
     pub fn new(
         flows: HashMap<MapData, FlowKey, FlowStats>,
+        reader: MapReader,
         nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
         idle_timeout_ns: u64,
     ) -> Self {
         Self {
             flows,
+            reader,
             nonip,
             prev: StdHashMap::new(),
             totals: StdHashMap::new(),
@@ -97,11 +101,12 @@ impl FlowCollector {
     pub fn tick(&mut self, now_ns: u64) -> FlowTick<'_> {
         let mut seen = StdHashMap::with_capacity(self.prev.len());
         let mut idle = Vec::new();
-        for item in self.flows.iter() {
-            let Ok((k, v)) = item else {
-                // The entry vanished between key walk and lookup (evicted): counted below.
-                continue;
-            };
+        let flows = &self.flows;
+        // An entry evicted mid-walk is simply absent: counted as an eviction below.
+        let entries = self
+            .reader
+            .read(|| flows.iter().filter_map(Result::ok).collect());
+        for (k, v) in entries {
             let before = self
                 .prev
                 .get(&k)

@@ -1,5 +1,6 @@
 //! Collectors: each reads one part of the kernel's state once per tick. `Collector::tick`
 //! runs them all and assembles the snapshot.
+pub mod batch;
 pub mod bursts;
 pub mod delta;
 pub mod drops;
@@ -61,9 +62,13 @@ impl Collector {
             ebpf.take_map(name)
                 .with_context(|| format!("map {name} missing from the object"))
         };
-        let flow_map = BpfHashMap::try_from(take(names::FLOWS)?)?;
+        let flow_map = take(names::FLOWS)?;
+        let flow_reader = batch::MapReader::new(batch::dup_fd(&flow_map));
+        let flow_map = BpfHashMap::try_from(flow_map)?;
         let nonip = PerCpuHashMap::try_from(take(names::NONIP)?)?;
-        let conns = BpfHashMap::try_from(take(names::CONNS)?)?;
+        let conns = take(names::CONNS)?;
+        let conn_reader = batch::MapReader::new(batch::dup_fd(&conns));
+        let conns = BpfHashMap::try_from(conns)?;
         let peers = BpfHashMap::try_from(take(names::PEER_TCP)?)?;
         let bursts = BpfHashMap::try_from(take(names::PEER_BURSTS)?)?;
         let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
@@ -74,8 +79,13 @@ impl Collector {
             drops: drops::DropCollector::new(drops, drop_names),
             sojourn: sojourn::SojournCollector::new(sojourn),
             errors,
-            flows: flows::FlowCollector::new(flow_map, nonip, FLOW_IDLE_TIMEOUT.as_nanos() as u64),
-            tcp: tcp::TcpCollector::new(conns, peers),
+            flows: flows::FlowCollector::new(
+                flow_map,
+                flow_reader,
+                nonip,
+                FLOW_IDLE_TIMEOUT.as_nanos() as u64,
+            ),
+            tcp: tcp::TcpCollector::new(conns, conn_reader, peers),
         })
     }
 

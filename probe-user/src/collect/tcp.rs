@@ -5,6 +5,7 @@ use std::{collections::HashMap as StdHashMap, net::IpAddr};
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, PeerKey, PeerTcp, LOG2_BUCKETS, TCP_CLOSE};
 
+use super::batch::MapReader;
 use crate::snapshot::{ip_from_abi, peer_label, Histogram, PeerSeries};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +52,7 @@ impl PeerTotals {
 
 pub struct TcpCollector {
     conns: HashMap<MapData, ConnKey, ConnStats>,
+    reader: MapReader,
     peers: HashMap<MapData, PeerKey, PeerTcp>,
     prev_peers: StdHashMap<PeerKey, PeerTcp>,
     totals: StdHashMap<IpAddr, PeerTotals>,
@@ -68,10 +70,12 @@ struct ConnAgg {
 impl TcpCollector {
     pub fn new(
         conns: HashMap<MapData, ConnKey, ConnStats>,
+        reader: MapReader,
         peers: HashMap<MapData, PeerKey, PeerTcp>,
     ) -> Self {
         Self {
             conns,
+            reader,
             peers,
             prev_peers: StdHashMap::new(),
             totals: StdHashMap::new(),
@@ -97,8 +101,11 @@ impl TcpCollector {
         let mut aggs: StdHashMap<IpAddr, ConnAgg> = StdHashMap::new();
         let mut samples = StdHashMap::with_capacity(self.prev_samples.len());
         let mut closed = Vec::new();
-        for item in self.conns.iter() {
-            let Ok((k, c)) = item else { continue };
+        let conns = &self.conns;
+        let entries = self
+            .reader
+            .read(|| conns.iter().filter_map(Result::ok).collect());
+        for (k, c) in entries {
             if c.state == TCP_CLOSE {
                 closed.push(k);
                 continue;
