@@ -82,7 +82,14 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                 | BPF_SOCK_OPS_STATE_CB_FLAG;
             let _ = ctx.set_cb_flags((ctx.cb_flags() | flags) as i32);
             let (c, _) = keys(ctx)?;
-            let v = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL)?;
+            let Some(v) = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL)
+            else {
+                aya_log_ebpf::warn!(
+                    ctx,
+                    "CONNS map full: a connection is not tracked (raise maps.conns)"
+                );
+                return None;
+            };
             refresh(ctx, v);
         }
         BPF_SOCK_OPS_RTT_CB => {

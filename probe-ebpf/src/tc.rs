@@ -157,6 +157,10 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         ..FlowStats::default()
     };
     let Some(v) = lookup_or_init(&FLOWS, &key, &init, errors::FLOWS_FULL) else {
+        aya_log_ebpf::warn!(
+            ctx,
+            "FLOWS map full: a packet was not counted (raise maps.flows)"
+        );
         return;
     };
     // SAFETY: v points at a live map value for the duration of this run.

@@ -54,6 +54,10 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     pub tc_attach: Option<TcAttach>,
 
+    /// Forward the eBPF programs' own log messages (e.g. "map full") into this log.
+    #[arg(long)]
+    pub bpf_log: bool,
+
     /// Spike model file (LightGBM). Default: the built-in model.
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,

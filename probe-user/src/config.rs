@@ -22,6 +22,7 @@ pub struct Config {
     pub maps: MapSizes,
     pub model: Option<PathBuf>,
     pub rdma: RdmaSettings,
+    pub bpf_log: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +71,7 @@ impl Default for Config {
             maps: MapSizes::default(),
             model: None,
             rdma: RdmaSettings::default(),
+            bpf_log: false,
         }
     }
 }
@@ -134,6 +136,7 @@ impl Config {
         if let Some(v) = &args.model {
             c.model = Some(v.clone());
         }
+        c.bpf_log |= args.bpf_log;
         c.validate()?;
         Ok(c)
     }

@@ -61,6 +61,11 @@ async fn daemon(cfg: Config) -> Result<()> {
 
     let mut loaded = Loaded::load(&cfg)?;
     let mut tc = TcAttacher::new(&mut loaded.ebpf, cfg.tc_attach)?;
+    if cfg.bpf_log {
+        if let Err(e) = crate::bpf::log::spawn(&mut loaded.ebpf) {
+            tracing::warn!("--bpf-log: {e:#}");
+        }
+    }
     // From here on, every exit path detaches.
     let result = serve(&cfg, listener, &handle, &mut loaded, &mut tc, &selected).await;
     tc.detach_all(&mut loaded.ebpf);

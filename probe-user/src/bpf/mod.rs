@@ -1,5 +1,6 @@
 //! Loading the eBPF object and attaching its programs to the kernel.
 pub mod load;
+pub mod log;
 pub mod tc;
 
 pub use load::Loaded;

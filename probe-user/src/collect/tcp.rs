@@ -5,57 +5,25 @@ use std::{collections::HashMap as StdHashMap, net::IpAddr};
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, PeerKey, PeerTcp, LOG2_BUCKETS, TCP_CLOSE};
 
-use super::batch::MapReader;
+use super::{batch::MapReader, delta::DeltaTotals};
 use crate::snapshot::{ip_from_abi, peer_label, Histogram, PeerSeries};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct PeerTotals {
-    rtt_buckets: [u64; LOG2_BUCKETS],
-    rtt_count: u64,
-    rtt_sum_us: u64,
-    retrans_segs: u64,
+/// PeerTcp as a flat counter vector for DeltaTotals: buckets, count, sum, segs, events.
+fn flatten(p: &PeerTcp) -> Vec<u64> {
+    let mut v = p.rtt_buckets.to_vec();
+    v.extend([p.rtt_count, p.rtt_sum_us, p.retrans_segs, p.retrans_events]);
+    v
 }
 
-impl Default for PeerTotals {
-    fn default() -> Self {
-        Self {
-            rtt_buckets: [0; LOG2_BUCKETS],
-            rtt_count: 0,
-            rtt_sum_us: 0,
-            retrans_segs: 0,
-        }
-    }
-}
-
-/// True when `now` cannot have grown from `before` (the LRU map dropped and recreated it).
-fn recreated(now: &PeerTcp, before: &PeerTcp) -> bool {
-    now.rtt_count < before.rtt_count
-        || now.retrans_segs < before.retrans_segs
-        || now.retrans_events < before.retrans_events
-}
-
-impl PeerTotals {
-    fn add_delta(&mut self, now: &PeerTcp, before: Option<&PeerTcp>) {
-        let zero = PeerTcp::default();
-        let b = match before {
-            Some(b) if !recreated(now, b) => b,
-            _ => &zero,
-        };
-        for i in 0..LOG2_BUCKETS {
-            self.rtt_buckets[i] += now.rtt_buckets[i].saturating_sub(b.rtt_buckets[i]);
-        }
-        self.rtt_count += now.rtt_count.saturating_sub(b.rtt_count);
-        self.rtt_sum_us += now.rtt_sum_us.saturating_sub(b.rtt_sum_us);
-        self.retrans_segs += now.retrans_segs.saturating_sub(b.retrans_segs);
-    }
-}
+const COUNT: usize = LOG2_BUCKETS;
+const SUM_US: usize = LOG2_BUCKETS + 1;
+const RETRANS_SEGS: usize = LOG2_BUCKETS + 2;
 
 pub struct TcpCollector {
     conns: HashMap<MapData, ConnKey, ConnStats>,
     reader: MapReader,
     peers: HashMap<MapData, PeerKey, PeerTcp>,
-    prev_peers: StdHashMap<PeerKey, PeerTcp>,
-    totals: StdHashMap<IpAddr, PeerTotals>,
+    totals: DeltaTotals<PeerKey, IpAddr>,
     prev_samples: StdHashMap<ConnKey, u64>,
 }
 
@@ -77,26 +45,18 @@ impl TcpCollector {
             conns,
             reader,
             peers,
-            prev_peers: StdHashMap::new(),
-            totals: StdHashMap::new(),
+            totals: DeltaTotals::default(),
             prev_samples: StdHashMap::new(),
         }
     }
 
     pub fn tick(&mut self) -> Vec<PeerSeries> {
-        let mut seen = StdHashMap::with_capacity(self.prev_peers.len());
-        for item in self.peers.iter() {
-            let Ok((k, v)) = item else { continue };
-            let Some(peer) = ip_from_abi(k.family, &k.addr) else {
-                continue;
-            };
-            self.totals
-                .entry(peer)
-                .or_default()
-                .add_delta(&v, self.prev_peers.get(&k));
-            seen.insert(k, v);
+        for (k, v) in self.peers.iter().filter_map(Result::ok) {
+            if let Some(peer) = ip_from_abi(k.family, &k.addr) {
+                self.totals.add(k, peer, flatten(&v));
+            }
         }
-        self.prev_peers = seen;
+        self.totals.finish();
 
         let mut aggs: StdHashMap<IpAddr, ConnAgg> = StdHashMap::new();
         let mut samples = StdHashMap::with_capacity(self.prev_samples.len());
@@ -136,6 +96,7 @@ impl TcpCollector {
 
         let mut out: Vec<PeerSeries> = self
             .totals
+            .totals()
             .iter()
             .map(|(peer, t)| {
                 let a = aggs.remove(peer).unwrap_or_default();
@@ -147,8 +108,8 @@ impl TcpCollector {
                         .map(|us| us as f64 * 1e-6),
                     min_rtt_seconds: a.min_rtt_us.map(|us| us as f64 * 1e-6),
                     connections: a.open,
-                    rtt: Histogram::from_log2(&t.rtt_buckets, t.rtt_sum_us, 1e-6),
-                    retransmits: t.retrans_segs,
+                    rtt: Histogram::from_log2(&t[..COUNT], t[SUM_US], 1e-6),
+                    retransmits: t[RETRANS_SEGS],
                 }
             })
             .collect();
@@ -171,30 +132,3 @@ impl TcpCollector {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peer_deltas_survive_recreation() {
-        let mut t = PeerTotals::default();
-        let mut a = PeerTcp::default();
-        a.rtt_count = 10;
-        a.rtt_buckets[3] = 10;
-        a.retrans_segs = 4;
-        t.add_delta(&a, None);
-        let mut b = a;
-        b.rtt_count = 15;
-        b.rtt_buckets[3] = 15;
-        b.retrans_segs = 6;
-        t.add_delta(&b, Some(&a));
-        assert_eq!((t.rtt_count, t.retrans_segs, t.rtt_buckets[3]), (15, 6, 15));
-        // Recreated entry: counts restart from zero.
-        let mut c = PeerTcp::default();
-        c.rtt_count = 2;
-        c.rtt_buckets[3] = 2;
-        c.retrans_segs = 1;
-        t.add_delta(&c, Some(&b));
-        assert_eq!((t.rtt_count, t.retrans_segs, t.rtt_buckets[3]), (17, 7, 17));
-    }
-}
