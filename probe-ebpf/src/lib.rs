@@ -63,6 +63,7 @@ pub mod names {
     pub const KFREE_SKB: &str = "tp_kfree_skb";
     pub const QDISC_ENQUEUE: &str = "tp_qdisc_enqueue";
     pub const QDISC_DEQUEUE: &str = "tp_qdisc_dequeue";
+    pub const TCP_PROBE: &str = "tp_tcp_probe";
     pub const TC_INGRESS_ETH: &str = "tc_ingress_eth";
     pub const TC_EGRESS_ETH: &str = "tc_egress_eth";
     pub const TC_INGRESS_RAWIP: &str = "tc_ingress_rawip";
@@ -91,6 +92,14 @@ pub mod globals {
     pub const QENQ_OFF_IFINDEX: &str = "QENQ_OFF_IFINDEX";
     pub const QDEQ_OFF_SKB: &str = "QDEQ_OFF_SKB";
     pub const QDEQ_OFF_IFINDEX: &str = "QDEQ_OFF_IFINDEX";
+    /// u32 offsets in `tcp:tcp_probe` (saddr/daddr are sockaddr_in/sockaddr_in6).
+    pub const PROBE_OFF_SADDR: &str = "PROBE_OFF_SADDR";
+    pub const PROBE_OFF_DADDR: &str = "PROBE_OFF_DADDR";
+    pub const PROBE_OFF_SPORT: &str = "PROBE_OFF_SPORT";
+    pub const PROBE_OFF_DPORT: &str = "PROBE_OFF_DPORT";
+    pub const PROBE_OFF_FAMILY: &str = "PROBE_OFF_FAMILY";
+    pub const PROBE_OFF_SRTT: &str = "PROBE_OFF_SRTT";
+    pub const PROBE_OFF_CWND: &str = "PROBE_OFF_CWND";
 }
 
 /// One direction of one flow on one interface, as the packet headers name it (for egress
@@ -162,7 +171,7 @@ pub struct PeerKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerTcp {
-    /// RTT samples (one per ACK that carried one) in log2 buckets of microseconds.
+    /// RTT samples (one per round trip per connection) in log2 buckets of microseconds.
     pub rtt_buckets: [u64; LOG2_BUCKETS],
     pub rtt_count: u64,
     pub rtt_sum_us: u64,

@@ -93,13 +93,18 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             refresh(ctx, v);
         }
         BPF_SOCK_OPS_RTT_CB => {
+            // The kernel calls this once per round trip (when an ACK passes the sequence
+            // that started the round), not per ACK. args[0] is that ACK's RTT sample, args[1]
+            // the updated smoothed RTT (scaled by 8); the context still holds the old one.
+            // Between rounds, tp_tcp_probe keeps srtt fresh.
             let (c, p) = keys(ctx)?;
-            // args[0] is this ACK's RTT sample in microseconds.
             let mrtt = ctx.arg(0) as u64;
+            let srtt = ctx.arg(1) >> 3;
             if let Some(v) = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL) {
                 refresh(ctx, v);
                 // SAFETY: live map value.
                 unsafe {
+                    (*v).srtt_us = srtt;
                     (*v).last_rtt_us = mrtt as u32;
                     (*v).rtt_samples += 1;
                 }

@@ -29,6 +29,20 @@ static RETX_OFF_DADDR_V6: u32 = 0;
 #[unsafe(no_mangle)]
 static DROP_OFF_REASON: u32 = 0;
 #[unsafe(no_mangle)]
+static PROBE_OFF_SADDR: u32 = 0;
+#[unsafe(no_mangle)]
+static PROBE_OFF_DADDR: u32 = 0;
+#[unsafe(no_mangle)]
+static PROBE_OFF_SPORT: u32 = 0;
+#[unsafe(no_mangle)]
+static PROBE_OFF_DPORT: u32 = 0;
+#[unsafe(no_mangle)]
+static PROBE_OFF_FAMILY: u32 = 0;
+#[unsafe(no_mangle)]
+static PROBE_OFF_SRTT: u32 = 0;
+#[unsafe(no_mangle)]
+static PROBE_OFF_CWND: u32 = 0;
+#[unsafe(no_mangle)]
 static QENQ_OFF_SKB: u32 = 0;
 #[unsafe(no_mangle)]
 static QENQ_OFF_IFINDEX: u32 = 0;
@@ -180,3 +194,50 @@ static ZERO_NS_HIST: NsHist = NsHist {
     count: 0,
     sum_ns: 0,
 };
+
+/// `tcp:tcp_probe` fires for every segment a TCP socket receives (fast path included),
+/// with the socket's current smoothed RTT. It keeps the srtt of connections sock_ops tracks
+/// as fresh as `ss` sees it; sock_ops' own RTT callback only runs once per round trip.
+#[tracepoint]
+pub fn tp_tcp_probe(ctx: TracePointContext) -> u32 {
+    let _ = tcp_probe(&ctx);
+    0
+}
+
+#[inline(always)]
+fn tcp_probe(ctx: &TracePointContext) -> Option<()> {
+    let fam_off = off(&PROBE_OFF_FAMILY);
+    if fam_off == 0 {
+        return None;
+    }
+    let family: u16 = unsafe { ctx.read_at(fam_off) }.ok()?;
+    let (s_off, d_off) = (off(&PROBE_OFF_SADDR), off(&PROBE_OFF_DADDR));
+    let mut c = ConnKey::default();
+    // saddr/daddr hold a sockaddr_in (address at +4) or sockaddr_in6 (address at +8).
+    if family == AF_INET as u16 {
+        c.family = AF_INET;
+        let l: [u8; 4] = unsafe { ctx.read_at(s_off + 4) }.ok()?;
+        let r: [u8; 4] = unsafe { ctx.read_at(d_off + 4) }.ok()?;
+        c.laddr[..4].copy_from_slice(&l);
+        c.raddr[..4].copy_from_slice(&r);
+    } else if family == AF_INET6 as u16 {
+        c.family = AF_INET6;
+        c.laddr = unsafe { ctx.read_at(s_off + 8) }.ok()?;
+        c.raddr = unsafe { ctx.read_at(d_off + 8) }.ok()?;
+    } else {
+        return None;
+    }
+    // Host order in the record, local port first.
+    c.lport = unsafe { ctx.read_at::<u16>(off(&PROBE_OFF_SPORT)) }.ok()?;
+    c.rport = unsafe { ctx.read_at::<u16>(off(&PROBE_OFF_DPORT)) }.ok()?;
+    let v = CONNS.get_ptr_mut(&c)?;
+    let srtt: u32 = unsafe { ctx.read_at(off(&PROBE_OFF_SRTT)) }.ok()?;
+    let cwnd: u32 = unsafe { ctx.read_at(off(&PROBE_OFF_CWND)) }.ok()?;
+    // SAFETY: live map value; plain stores of gauges.
+    unsafe {
+        // The record's srtt is already unscaled (microseconds).
+        (*v).srtt_us = srtt;
+        (*v).snd_cwnd = cwnd;
+    }
+    Some(())
+}

@@ -2,7 +2,7 @@
 //!
 //! Data flows one way: kernel maps -> collectors (`collect`) -> per-tick `snapshot` ->
 //! exporter (`export`). `bpf` loads and attaches; `host` answers questions about the host.
-use std::process::ExitCode;
+use std::{io::IsTerminal as _, process::ExitCode};
 
 use clap::Parser as _;
 
@@ -18,7 +18,24 @@ mod run;
 mod snapshot;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            // One line: clap's message without its "For more information" footer.
+            let msg = e.to_string();
+            eprintln!("{}", msg.lines().next().unwrap_or("error: invalid arguments"));
+            return ExitCode::from(2);
+        }
+    };
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -26,6 +43,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match cli.command {
         cli::Command::Run(args) => run::main(args),

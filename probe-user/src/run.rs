@@ -139,6 +139,10 @@ async fn serve(
             attached: loaded.hooks.tcp_retransmit,
         },
         HookStatus {
+            hook: "tcp_probe",
+            attached: loaded.hooks.tcp_probe,
+        },
+        HookStatus {
             hook: "kfree_skb",
             attached: loaded.hooks.kfree_skb,
         },

@@ -114,7 +114,7 @@ pub struct PeerSeries {
     pub min_rtt_seconds: Option<f64>,
     /// Open connections sock_ops tracks.
     pub connections: u32,
-    /// Every RTT sample (one per ACK that carried one).
+    /// RTT samples, one per round trip per connection (sock_ops RTT callback).
     pub rtt: Histogram,
     /// Retransmitted segments (cumulative).
     pub retransmits: u64,

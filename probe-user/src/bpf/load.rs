@@ -26,6 +26,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pr
 pub struct Hooks {
     pub sock_ops: bool,
     pub tcp_retransmit: bool,
+    pub tcp_probe: bool,
     pub kfree_skb: bool,
     pub qdisc: bool,
     pub bpf_stats: bool,
@@ -69,6 +70,17 @@ impl Loaded {
                 (globals::RETX_OFF_DADDR_V6, f.offset("daddr_v6")?),
             ])
         });
+        let probe = event("tcp", "tcp_probe").and_then(|f| {
+            Ok(vec![
+                (globals::PROBE_OFF_SADDR, f.offset("saddr")?),
+                (globals::PROBE_OFF_DADDR, f.offset("daddr")?),
+                (globals::PROBE_OFF_SPORT, f.offset("sport")?),
+                (globals::PROBE_OFF_DPORT, f.offset("dport")?),
+                (globals::PROBE_OFF_FAMILY, f.offset("family")?),
+                (globals::PROBE_OFF_SRTT, f.offset("srtt")?),
+                (globals::PROBE_OFF_CWND, f.offset("snd_cwnd")?),
+            ])
+        });
         let mut drop_reasons = HashMap::new();
         let drops = event("skb", "kfree_skb").and_then(|f| {
             drop_reasons = f.symbols("reason");
@@ -91,7 +103,7 @@ impl Loaded {
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers);
-        let offsets: Vec<(&'static str, u32)> = [&retx, &drops, &qdisc]
+        let offsets: Vec<(&'static str, u32)> = [&retx, &probe, &drops, &qdisc]
             .into_iter()
             .filter_map(|r| r.as_ref().ok())
             .flatten()
@@ -122,6 +134,12 @@ impl Loaded {
             Ok(()) => hooks.tcp_retransmit = true,
             Err(e) => tracing::warn!(
                 "retransmits of sockets opened before probe started are not counted: tracepoint tcp:tcp_retransmit_skb: {e:#}"
+            ),
+        }
+        match probe.and_then(|_| attach_tracepoint(&mut ebpf, names::TCP_PROBE, "tcp", "tcp_probe")) {
+            Ok(()) => hooks.tcp_probe = true,
+            Err(e) => tracing::warn!(
+                "smoothed RTT is refreshed once per round trip only: tracepoint tcp:tcp_probe: {e:#}"
             ),
         }
         match drops.and_then(|_| attach_tracepoint(&mut ebpf, names::KFREE_SKB, "skb", "kfree_skb"))

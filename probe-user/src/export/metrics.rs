@@ -169,7 +169,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     )?;
     let mut m = enc.encode_descriptor(
         "probe_tcp_rtt_seconds",
-        "RTT samples to a peer, one per ACK that carried one (log2 buckets)",
+        "RTT samples to a peer, one per round trip per connection (log2 buckets)",
         None,
         MetricType::Histogram,
     )?;
