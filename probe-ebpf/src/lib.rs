@@ -6,6 +6,28 @@
 //! 16-byte array (IPv4 in the first four bytes); ports in host byte order.
 #![no_std]
 
+/// An IP address as 16 bytes in network order (IPv4 in the first four), held in u32 words:
+/// the same bytes as `[u8; 16]`, but 4-byte aligned, so the eBPF code zeroes and copies keys
+/// with word stores instead of byte loops (the BPF backend turns unaligned memset/memcpy
+/// into calls to a byte-at-a-time builtin).
+pub type Addr = [u32; 4];
+
+/// The address bytes, in network order.
+#[inline(always)]
+pub fn addr_bytes(a: &Addr) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        let w = a[i].to_ne_bytes();
+        out[i * 4] = w[0];
+        out[i * 4 + 1] = w[1];
+        out[i * 4 + 2] = w[2];
+        out[i * 4 + 3] = w[3];
+        i += 1;
+    }
+    out
+}
+
 /// Address families, as the kernel numbers them.
 pub const AF_INET: u8 = 2;
 pub const AF_INET6: u8 = 10;
@@ -107,8 +129,8 @@ pub mod globals {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
+    pub src: Addr,
+    pub dst: Addr,
     pub sport: u16,
     pub dport: u16,
     pub ifindex: u32,
@@ -148,7 +170,8 @@ pub struct FlowStats {
 pub struct IfaceKey {
     pub ifindex: u32,
     pub direction: u8,
-    pub _pad: [u8; 3],
+    pub _pad0: u8,
+    pub _pad1: u16,
 }
 
 #[repr(C)]
@@ -162,9 +185,10 @@ pub struct IfaceStats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PeerKey {
-    pub addr: [u8; 16],
+    pub addr: Addr,
     pub family: u8,
-    pub _pad: [u8; 3],
+    pub _pad0: u8,
+    pub _pad1: u16,
 }
 
 /// TCP state kept per peer in the kernel.
@@ -198,11 +222,11 @@ impl Default for PeerTcp {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BurstKey {
-    pub addr: [u8; 16],
+    pub addr: Addr,
     pub ifindex: u32,
     pub family: u8,
     pub direction: u8,
-    pub _pad: [u8; 2],
+    pub _pad: u16,
 }
 
 /// Ended bursts: log2 histograms of their sizes (bytes) and durations (ns).
@@ -251,12 +275,13 @@ impl Default for NsHist {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ConnKey {
-    pub laddr: [u8; 16],
-    pub raddr: [u8; 16],
+    pub laddr: Addr,
+    pub raddr: Addr,
     pub lport: u16,
     pub rport: u16,
     pub family: u8,
-    pub _pad: [u8; 3],
+    pub _pad0: u8,
+    pub _pad1: u16,
 }
 
 /// Per-connection TCP state from sock_ops callbacks.

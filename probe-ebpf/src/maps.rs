@@ -59,6 +59,24 @@ pub static QDISC_SOJOURN: HashMap<u32, NsHist> = HashMap::with_max_entries(IFACE
 #[map(name = "ERRORS")]
 pub static ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(errors::COUNT, 0);
 
+/// A zeroed value built with volatile word stores. LLVM merges plain zero stores into a
+/// memset, which the BPF backend can only emit as a call to a byte-loop subprogram (dozens
+/// of instructions per key, on every packet); volatile stores cannot be merged.
+/// `T` must be 4-byte aligned with a size that is a multiple of 4 (all ABI keys are).
+#[inline(always)]
+pub fn zeroed<T: Copy>() -> T {
+    let mut v = core::mem::MaybeUninit::<T>::uninit();
+    let w = v.as_mut_ptr() as *mut u32;
+    let mut i = 0;
+    while i < core::mem::size_of::<T>() / 4 {
+        // SAFETY: within the value, 4-byte aligned (see above).
+        unsafe { core::ptr::write_volatile(w.add(i), 0) };
+        i += 1;
+    }
+    // SAFETY: every byte was written.
+    unsafe { v.assume_init() }
+}
+
 /// Counts a refused insert.
 #[inline(always)]
 pub fn count_error(slot: u32) {
@@ -94,20 +112,21 @@ pub fn bucket_index(mut b: usize) -> usize {
 
 const _: () = assert!(probe_ebpf::LOG2_BUCKETS == 32);
 
-/// Looks `key` up, inserting `init` first if it is absent. None when the map refuses the
+/// Looks `key` up, inserting `init()` first if it is absent. None when the map refuses the
 /// insert (a full non-LRU map) and the entry still is not there.
 #[inline(always)]
 pub fn lookup_or_init<K, V>(
     map: &LruHashMap<K, V>,
     key: &K,
-    init: &V,
+    init: impl FnOnce() -> V,
     error_slot: u32,
 ) -> Option<*mut V> {
     if let Some(p) = map.get_ptr_mut(key) {
         return Some(p);
     }
+    // Built only on a miss: the value is large, and zeroing it costs on every packet.
     // NOEXIST: if another CPU inserted it meanwhile, keep theirs.
-    let _ = map.insert(key, init, BPF_NOEXIST as u64);
+    let _ = map.insert(key, init(), BPF_NOEXIST as u64);
     let p = map.get_ptr_mut(key);
     if p.is_none() {
         count_error(error_slot);

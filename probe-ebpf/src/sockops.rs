@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use probe_ebpf::{errors, log2_bucket, ConnKey, ConnStats, PeerKey, AF_INET, AF_INET6, TCP_CLOSE};
 
-use crate::maps::{atomic_add, bucket_index, lookup_or_init, peer_tcp, CONNS};
+use crate::maps::{atomic_add, bucket_index, lookup_or_init, peer_tcp, zeroed, CONNS};
 
 #[sock_ops]
 pub fn sockops_tcp(ctx: SockOpsContext) -> u32 {
@@ -33,15 +33,15 @@ fn ctx_u32(p: *const u32) -> u32 {
 fn keys(ctx: &SockOpsContext) -> Option<(ConnKey, PeerKey)> {
     let o = ctx.ops;
     let family = ctx.family();
-    let mut c = ConnKey::default();
-    let mut p = PeerKey::default();
+    let mut c: ConnKey = zeroed();
+    let mut p: PeerKey = zeroed();
     // Addresses are in network byte order already; keep the bytes as they are.
     if family == AF_INET as u32 {
         c.family = AF_INET;
         let l = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip4) });
         let r = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip4) });
-        c.laddr[..4].copy_from_slice(&l.to_ne_bytes());
-        c.raddr[..4].copy_from_slice(&r.to_ne_bytes());
+        c.laddr[0] = l;
+        c.raddr[0] = r;
     } else if family == AF_INET6 as u32 {
         c.family = AF_INET6;
         let l = [
@@ -56,10 +56,8 @@ fn keys(ctx: &SockOpsContext) -> Option<(ConnKey, PeerKey)> {
             ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[2]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[3]) }),
         ];
-        for i in 0..4 {
-            c.laddr[i * 4..i * 4 + 4].copy_from_slice(&l[i].to_ne_bytes());
-            c.raddr[i * 4..i * 4 + 4].copy_from_slice(&r[i].to_ne_bytes());
-        }
+        c.laddr = l;
+        c.raddr = r;
     } else {
         return None;
     }
@@ -82,8 +80,7 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                 | BPF_SOCK_OPS_STATE_CB_FLAG;
             let _ = ctx.set_cb_flags((ctx.cb_flags() | flags) as i32);
             let (c, _) = keys(ctx)?;
-            let Some(v) = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL)
-            else {
+            let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) else {
                 aya_log_ebpf::warn!(
                     ctx,
                     "CONNS map full: a connection is not tracked (raise maps.conns)"
@@ -100,7 +97,7 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             let (c, p) = keys(ctx)?;
             let mrtt = ctx.arg(0) as u64;
             let srtt = ctx.arg(1) >> 3;
-            if let Some(v) = lookup_or_init(&CONNS, &c, &ConnStats::default(), errors::CONNS_FULL) {
+            if let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) {
                 refresh(ctx, v);
                 // SAFETY: live map value.
                 unsafe {

@@ -14,7 +14,7 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    atomic_add, bucket_index, count_error, lookup_or_init, peer_bursts, FLOWS, NONIP,
+    atomic_add, bucket_index, count_error, lookup_or_init, peer_bursts, zeroed, FLOWS, NONIP,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -85,11 +85,9 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         l3 += 4;
     }
 
-    let mut key = FlowKey {
-        ifindex,
-        direction,
-        ..FlowKey::default()
-    };
+    let mut key: FlowKey = zeroed();
+    key.ifindex = ifindex;
+    key.direction = direction;
     let ecn: u8;
     let l4: usize;
     let mut has_ports = true;
@@ -101,8 +99,8 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         key.family = AF_INET;
         key.proto = h[9];
         ecn = h[1] & 0x3;
-        key.src[..4].copy_from_slice(&h[12..16]);
-        key.dst[..4].copy_from_slice(&h[16..20]);
+        key.src[0] = u32::from_ne_bytes([h[12], h[13], h[14], h[15]]);
+        key.dst[0] = u32::from_ne_bytes([h[16], h[17], h[18], h[19]]);
         let frag_off = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
         if frag_off != 0 {
             // A later fragment carries no L4 header.
@@ -117,8 +115,11 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         // Extension headers are not walked: such packets are accounted with ports 0.
         key.proto = h[6];
         ecn = (h[1] >> 4) & 0x3;
-        key.src.copy_from_slice(&h[8..24]);
-        key.dst.copy_from_slice(&h[24..40]);
+        for i in 0..4 {
+            let (s, d) = (8 + 4 * i, 24 + 4 * i);
+            key.src[i] = u32::from_ne_bytes([h[s], h[s + 1], h[s + 2], h[s + 3]]);
+            key.dst[i] = u32::from_ne_bytes([h[d], h[d + 1], h[d + 2], h[d + 3]]);
+        }
         l4 = l3 + 40;
     } else {
         return nonip(ifindex, direction, len);
@@ -150,13 +151,13 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     let wire_bytes = len + (segs - 1) * hdr_len;
     let now = unsafe { bpf_ktime_get_ns() };
 
-    let init = FlowStats {
+    let init = || FlowStats {
         first_seen_ns: now,
         last_seen_ns: now,
         burst_start_ns: now,
         ..FlowStats::default()
     };
-    let Some(v) = lookup_or_init(&FLOWS, &key, &init, errors::FLOWS_FULL) else {
+    let Some(v) = lookup_or_init(&FLOWS, &key, init, errors::FLOWS_FULL) else {
         aya_log_ebpf::warn!(
             ctx,
             "FLOWS map full: a packet was not counted (raise maps.flows)"
@@ -198,17 +199,15 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
 /// Adds an ended burst to its peer's histograms. Runs once per burst, not per packet.
 #[inline(always)]
 fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
-    let key = BurstKey {
-        addr: if k.direction == DIR_EGRESS {
-            k.dst
-        } else {
-            k.src
-        },
-        ifindex: k.ifindex,
-        family: k.family,
-        direction: k.direction,
-        _pad: [0; 2],
+    let mut key: BurstKey = zeroed();
+    key.addr = if k.direction == DIR_EGRESS {
+        k.dst
+    } else {
+        k.src
     };
+    key.ifindex = k.ifindex;
+    key.family = k.family;
+    key.direction = k.direction;
     let Some(h) = peer_bursts(&key) else {
         return;
     };
@@ -234,11 +233,9 @@ fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
 
 #[inline(always)]
 fn nonip(ifindex: u32, direction: u8, len: u64) {
-    let key = IfaceKey {
-        ifindex,
-        direction,
-        _pad: [0; 3],
-    };
+    let mut key: IfaceKey = zeroed();
+    key.ifindex = ifindex;
+    key.direction = direction;
     match NONIP.get_ptr_mut(&key) {
         // SAFETY: a per-CPU value: only this CPU writes it during this run.
         Some(p) => unsafe {

@@ -1,13 +1,16 @@
 //! Tracepoints. `tcp:tcp_retransmit_skb` sees retransmits of every socket, including those
 //! opened before probe started or in cgroups sock_ops does not cover.
 use aya_ebpf::{
-    bindings::BPF_ANY, helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext,
+    bindings::BPF_ANY,
+    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
+    macros::tracepoint,
+    programs::TracePointContext,
 };
 use probe_ebpf::{errors, log2_bucket, ConnKey, NsHist, PeerKey, AF_INET, AF_INET6};
 
 use crate::maps::{
-    atomic_add, bucket_index, count_error, peer_tcp, CONNS, DROPS, QDISC_IFACES, QDISC_INFLIGHT,
-    QDISC_SOJOURN,
+    atomic_add, bucket_index, count_error, peer_tcp, zeroed, CONNS, DROPS, QDISC_IFACES,
+    QDISC_INFLIGHT, QDISC_SOJOURN,
 };
 
 // Field offsets in the tracepoint record, patched by the loader from the event's `format`
@@ -70,13 +73,12 @@ fn retransmit(ctx: &TracePointContext) -> Option<()> {
     }
     // SAFETY: offsets come from the kernel's own description of this record.
     let family: u16 = unsafe { ctx.read_at(fam_off) }.ok()?;
-    let mut c = ConnKey::default();
+    let mut c: ConnKey = zeroed();
     if family == AF_INET as u16 {
         c.family = AF_INET;
-        let s: [u8; 4] = unsafe { ctx.read_at(off(&RETX_OFF_SADDR)) }.ok()?;
-        let d: [u8; 4] = unsafe { ctx.read_at(off(&RETX_OFF_DADDR)) }.ok()?;
-        c.laddr[..4].copy_from_slice(&s);
-        c.raddr[..4].copy_from_slice(&d);
+        // Four address bytes read as one word: the bytes stay in network order.
+        c.laddr[0] = unsafe { ctx.read_at::<u32>(off(&RETX_OFF_SADDR)) }.ok()?;
+        c.raddr[0] = unsafe { ctx.read_at::<u32>(off(&RETX_OFF_DADDR)) }.ok()?;
     } else if family == AF_INET6 as u16 {
         c.family = AF_INET6;
         c.laddr = unsafe { ctx.read_at(off(&RETX_OFF_SADDR_V6)) }.ok()?;
@@ -88,11 +90,9 @@ fn retransmit(ctx: &TracePointContext) -> Option<()> {
     c.lport = unsafe { ctx.read_at::<u16>(off(&RETX_OFF_SPORT)) }.ok()?;
     c.rport = unsafe { ctx.read_at::<u16>(off(&RETX_OFF_DPORT)) }.ok()?;
 
-    let p = PeerKey {
-        addr: c.raddr,
-        family: c.family,
-        _pad: [0; 3],
-    };
+    let mut p: PeerKey = zeroed();
+    p.addr = c.raddr;
+    p.family = c.family;
     let t = peer_tcp(&p)?;
     unsafe { atomic_add(&mut (*t).retrans_events, 1) };
     // Sockets sock_ops tracks report exact segment counts through RETRANS_CB; count the
@@ -198,11 +198,18 @@ static ZERO_NS_HIST: NsHist = NsHist {
 /// `tcp:tcp_probe` fires for every segment a TCP socket receives (fast path included),
 /// with the socket's current smoothed RTT. It keeps the srtt of connections sock_ops tracks
 /// as fresh as `ss` sees it; sock_ops' own RTT callback only runs once per round trip.
+/// One segment in PROBE_SAMPLE_MASK+1 is looked at: srtt still refreshes many times per
+/// round trip, and the cost on hosts receiving millions of segments a second stays small.
 #[tracepoint]
 pub fn tp_tcp_probe(ctx: TracePointContext) -> u32 {
+    if unsafe { bpf_get_prandom_u32() } & PROBE_SAMPLE_MASK != 0 {
+        return 0;
+    }
     let _ = tcp_probe(&ctx);
     0
 }
+
+const PROBE_SAMPLE_MASK: u32 = 15;
 
 #[inline(always)]
 fn tcp_probe(ctx: &TracePointContext) -> Option<()> {
@@ -212,14 +219,12 @@ fn tcp_probe(ctx: &TracePointContext) -> Option<()> {
     }
     let family: u16 = unsafe { ctx.read_at(fam_off) }.ok()?;
     let (s_off, d_off) = (off(&PROBE_OFF_SADDR), off(&PROBE_OFF_DADDR));
-    let mut c = ConnKey::default();
+    let mut c: ConnKey = zeroed();
     // saddr/daddr hold a sockaddr_in (address at +4) or sockaddr_in6 (address at +8).
     if family == AF_INET as u16 {
         c.family = AF_INET;
-        let l: [u8; 4] = unsafe { ctx.read_at(s_off + 4) }.ok()?;
-        let r: [u8; 4] = unsafe { ctx.read_at(d_off + 4) }.ok()?;
-        c.laddr[..4].copy_from_slice(&l);
-        c.raddr[..4].copy_from_slice(&r);
+        c.laddr[0] = unsafe { ctx.read_at::<u32>(s_off + 4) }.ok()?;
+        c.raddr[0] = unsafe { ctx.read_at::<u32>(d_off + 4) }.ok()?;
     } else if family == AF_INET6 as u16 {
         c.family = AF_INET6;
         c.laddr = unsafe { ctx.read_at(s_off + 8) }.ok()?;
@@ -233,9 +238,8 @@ fn tcp_probe(ctx: &TracePointContext) -> Option<()> {
     let v = CONNS.get_ptr_mut(&c)?;
     let srtt: u32 = unsafe { ctx.read_at(off(&PROBE_OFF_SRTT)) }.ok()?;
     let cwnd: u32 = unsafe { ctx.read_at(off(&PROBE_OFF_CWND)) }.ok()?;
-    // SAFETY: live map value; plain stores of gauges.
+    // SAFETY: live map value; plain stores of gauges. The record's srtt is in microseconds.
     unsafe {
-        // The record's srtt is already unscaled (microseconds).
         (*v).srtt_us = srtt;
         (*v).snd_cwnd = cwnd;
     }

@@ -196,7 +196,8 @@ pub fn peer_label(addr: IpAddr) -> String {
 }
 
 /// An address from the ABI's 16-byte form.
-pub fn ip_from_abi(family: u8, bytes: &[u8; 16]) -> Option<IpAddr> {
+pub fn ip_from_abi(family: u8, addr: &probe_ebpf::Addr) -> Option<IpAddr> {
+    let bytes = &probe_ebpf::addr_bytes(addr);
     match family {
         probe_ebpf::AF_INET => Some(IpAddr::from([bytes[0], bytes[1], bytes[2], bytes[3]])),
         probe_ebpf::AF_INET6 => Some(IpAddr::from(*bytes).to_canonical()),

@@ -169,7 +169,7 @@ impl FlowCollector {
             let _ = self.nonip.remove(&IfaceKey {
                 ifindex,
                 direction,
-                _pad: [0; 3],
+                ..IfaceKey::default()
             });
         }
     }
@@ -207,8 +207,8 @@ mod tests {
             direction: DIR_EGRESS,
             ..FlowKey::default()
         };
-        k.src[..4].copy_from_slice(&[10, 0, 0, 1]);
-        k.dst[..4].copy_from_slice(&[10, 0, 0, 2]);
+        k.src[0] = u32::from_ne_bytes([10, 0, 0, 1]);
+        k.dst[0] = u32::from_ne_bytes([10, 0, 0, 2]);
         assert_eq!(peer_of(&k).unwrap().to_string(), "10.0.0.2");
         k.direction = probe_ebpf::DIR_INGRESS;
         assert_eq!(peer_of(&k).unwrap().to_string(), "10.0.0.1");
