@@ -224,16 +224,13 @@ mod tests {
 
     #[test]
     fn mapped_addresses_fold_to_ipv4() {
-        let mut b = [0u8; 16];
-        b[10] = 0xff;
-        b[11] = 0xff;
-        b[12..].copy_from_slice(&[10, 0, 0, 1]);
+        let word = |b: [u8; 4]| u32::from_ne_bytes(b);
+        let mapped = [0, 0, word([0, 0, 0xff, 0xff]), word([10, 0, 0, 1])];
         assert_eq!(
-            ip_from_abi(probe_ebpf::AF_INET6, &b).unwrap().to_string(),
+            ip_from_abi(probe_ebpf::AF_INET6, &mapped).unwrap().to_string(),
             "10.0.0.1"
         );
-        let mut v4 = [0u8; 16];
-        v4[..4].copy_from_slice(&[192, 0, 2, 7]);
+        let v4 = [word([192, 0, 2, 7]), 0, 0, 0];
         assert_eq!(
             ip_from_abi(probe_ebpf::AF_INET, &v4).unwrap().to_string(),
             "192.0.2.7"
