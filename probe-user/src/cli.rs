@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Attach to the kernel, collect, and serve /metrics until SIGINT/SIGTERM.
     Run(RunArgs),
+    /// Record a running daemon's per-tick telemetry to a Parquet file (docs/recording.md).
+    Record(crate::record::RecordArgs),
 }
 
 #[derive(Args, Debug, Default, Clone)]

@@ -14,6 +14,7 @@ mod export;
 mod fold;
 mod host;
 mod lifecycle;
+mod record;
 mod run;
 mod snapshot;
 
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         cli::Command::Run(args) => run::main(args),
+        cli::Command::Record(args) => record::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,287 @@
+//! The recording's columns: the one list that drives the Parquet schema, the writer and the
+//! documentation test (docs/recording.md lists exactly these, in this order, with these
+//! types). Adding a column: a field in [`Row`], an entry in [`COLUMNS`], a line in the docs.
+//! A field without an entry is never read, which the compiler reports.
+
+/// Kinds of entity a row describes (the `entity_kind` column).
+pub const PEER: &str = "peer";
+pub const INTERFACE: &str = "interface";
+pub const QDISC: &str = "qdisc";
+pub const RDMA_PORT: &str = "rdma_port";
+pub const DROP_REASON: &str = "drop_reason";
+pub const HOST: &str = "host";
+
+/// Every entity kind, in the order rows of one tick are written.
+#[cfg(test)]
+pub const ENTITY_KINDS: &[&str] = &[PEER, INTERFACE, QDISC, RDMA_PORT, DROP_REASON, HOST];
+
+/// Bumped whenever a column changes meaning or is removed (adding one keeps the version);
+/// stored in the file's key-value metadata as `probe.recording.schema`.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Physical type of a column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    /// DOUBLE.
+    F64,
+    /// INT64.
+    I64,
+    /// BYTE_ARRAY annotated STRING (UTF-8).
+    Str,
+}
+
+#[cfg(test)]
+impl Type {
+    /// The name the docs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::F64 => "f64",
+            Type::I64 => "i64",
+            Type::Str => "string",
+        }
+    }
+}
+
+/// One value of a row, as the writer sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cell<'a> {
+    F64(Option<f64>),
+    I64(Option<i64>),
+    Str(&'a str),
+}
+
+pub struct Column {
+    pub name: &'static str,
+    pub ty: Type,
+    /// Never null.
+    pub required: bool,
+    pub get: fn(&Row) -> Cell<'_>,
+}
+
+/// One entity at one tick. Rates are per second over `interval_s`; counts are of that
+/// interval; gauges are the daemon's values at the tick. `None` is null: not applicable to
+/// the entity kind, or not known this tick (see docs/recording.md).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Row {
+    pub time_unix: f64,
+    pub interval_s: f64,
+    pub entity_kind: &'static str,
+    pub entity: String,
+    pub tx_bytes_per_s: Option<f64>,
+    pub rx_bytes_per_s: Option<f64>,
+    pub tx_packets_per_s: Option<f64>,
+    pub rx_packets_per_s: Option<f64>,
+    pub ce_packets_per_s: Option<f64>,
+    pub srtt_s: Option<f64>,
+    pub min_rtt_s: Option<f64>,
+    pub rtt_samples: Option<i64>,
+    pub rtt_mean_s: Option<f64>,
+    pub rtt_p50_s: Option<f64>,
+    pub rtt_p90_s: Option<f64>,
+    pub rtt_p99_s: Option<f64>,
+    pub retransmits_per_s: Option<f64>,
+    pub connections: Option<i64>,
+    pub bursts: Option<i64>,
+    pub burst_bytes: Option<i64>,
+    pub burst_seconds: Option<f64>,
+    pub tx_errors_per_s: Option<f64>,
+    pub rx_errors_per_s: Option<f64>,
+    pub tx_dropped_per_s: Option<f64>,
+    pub rx_dropped_per_s: Option<f64>,
+    pub sojourn_samples: Option<i64>,
+    pub sojourn_p50_s: Option<f64>,
+    pub sojourn_p99_s: Option<f64>,
+    pub qdisc_backlog_packets: Option<i64>,
+    pub qdisc_backlog_bytes: Option<i64>,
+    pub qdisc_drops_per_s: Option<f64>,
+    pub qdisc_overlimits_per_s: Option<f64>,
+    pub qdisc_requeues_per_s: Option<f64>,
+    pub rdma_transmit_wait_ticks_per_s: Option<f64>,
+    pub rdma_transmit_discards_per_s: Option<f64>,
+    pub rdma_cnp_sent_per_s: Option<f64>,
+    pub rdma_cnp_handled_per_s: Option<f64>,
+    pub rdma_ecn_marked_packets_per_s: Option<f64>,
+    pub rdma_out_of_sequence_packets_per_s: Option<f64>,
+    pub rdma_packet_sequence_errors_per_s: Option<f64>,
+    pub rdma_local_ack_timeout_errors_per_s: Option<f64>,
+    pub rdma_rnr_nak_retry_errors_per_s: Option<f64>,
+    pub rdma_link_downed_per_s: Option<f64>,
+    pub drops_per_s: Option<f64>,
+    pub flows_tracked: Option<i64>,
+    pub flow_evictions_per_s: Option<f64>,
+    pub peers_folded: Option<i64>,
+}
+
+macro_rules! col {
+    ($name:ident, F64, required) => {
+        Column {
+            name: stringify!($name),
+            ty: Type::F64,
+            required: true,
+            get: |r| Cell::F64(Some(r.$name)),
+        }
+    };
+    ($name:ident, Str, required) => {
+        Column {
+            name: stringify!($name),
+            ty: Type::Str,
+            required: true,
+            get: |r| Cell::Str(&r.$name),
+        }
+    };
+    ($name:ident, F64) => {
+        Column {
+            name: stringify!($name),
+            ty: Type::F64,
+            required: false,
+            get: |r| Cell::F64(r.$name),
+        }
+    };
+    ($name:ident, I64) => {
+        Column {
+            name: stringify!($name),
+            ty: Type::I64,
+            required: false,
+            get: |r| Cell::I64(r.$name),
+        }
+    };
+}
+
+/// The columns, in file order.
+pub const COLUMNS: &[Column] = &[
+    col!(time_unix, F64, required),
+    col!(interval_s, F64, required),
+    col!(entity_kind, Str, required),
+    col!(entity, Str, required),
+    col!(tx_bytes_per_s, F64),
+    col!(rx_bytes_per_s, F64),
+    col!(tx_packets_per_s, F64),
+    col!(rx_packets_per_s, F64),
+    col!(ce_packets_per_s, F64),
+    col!(srtt_s, F64),
+    col!(min_rtt_s, F64),
+    col!(rtt_samples, I64),
+    col!(rtt_mean_s, F64),
+    col!(rtt_p50_s, F64),
+    col!(rtt_p90_s, F64),
+    col!(rtt_p99_s, F64),
+    col!(retransmits_per_s, F64),
+    col!(connections, I64),
+    col!(bursts, I64),
+    col!(burst_bytes, I64),
+    col!(burst_seconds, F64),
+    col!(tx_errors_per_s, F64),
+    col!(rx_errors_per_s, F64),
+    col!(tx_dropped_per_s, F64),
+    col!(rx_dropped_per_s, F64),
+    col!(sojourn_samples, I64),
+    col!(sojourn_p50_s, F64),
+    col!(sojourn_p99_s, F64),
+    col!(qdisc_backlog_packets, I64),
+    col!(qdisc_backlog_bytes, I64),
+    col!(qdisc_drops_per_s, F64),
+    col!(qdisc_overlimits_per_s, F64),
+    col!(qdisc_requeues_per_s, F64),
+    col!(rdma_transmit_wait_ticks_per_s, F64),
+    col!(rdma_transmit_discards_per_s, F64),
+    col!(rdma_cnp_sent_per_s, F64),
+    col!(rdma_cnp_handled_per_s, F64),
+    col!(rdma_ecn_marked_packets_per_s, F64),
+    col!(rdma_out_of_sequence_packets_per_s, F64),
+    col!(rdma_packet_sequence_errors_per_s, F64),
+    col!(rdma_local_ack_timeout_errors_per_s, F64),
+    col!(rdma_rnr_nak_retry_errors_per_s, F64),
+    col!(rdma_link_downed_per_s, F64),
+    col!(drops_per_s, F64),
+    col!(flows_tracked, I64),
+    col!(flow_evictions_per_s, F64),
+    col!(peers_folded, I64),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (name, type, required) of every column docs/recording.md lists: the rows of its
+    /// column tables whose first cell is a `code` name.
+    fn documented() -> Vec<(String, String, bool)> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recording.md");
+        let text = std::fs::read_to_string(path).expect("docs/recording.md exists");
+        let mut out = Vec::new();
+        let mut in_columns = false;
+        for line in text.lines() {
+            if line.starts_with("## ") {
+                in_columns = line.trim() == "## Columns";
+                continue;
+            }
+            if !in_columns || !line.starts_with("| `") {
+                continue;
+            }
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // "", name, type, null, ...
+            let name = cells[1].trim_matches('`').to_string();
+            let ty = cells[2].trim_matches('`').to_string();
+            let required = cells[3] == "no";
+            out.push((name, ty, required));
+        }
+        out
+    }
+
+    #[test]
+    fn docs_list_exactly_the_columns() {
+        let code: Vec<(String, String, bool)> = COLUMNS
+            .iter()
+            .map(|c| (c.name.to_string(), c.ty.name().to_string(), c.required))
+            .collect();
+        let docs = documented();
+        for c in &code {
+            assert!(
+                docs.contains(c),
+                "docs/recording.md lacks column {c:?} (name, type, never null)"
+            );
+        }
+        for d in &docs {
+            assert!(
+                code.contains(d),
+                "docs/recording.md lists {d:?}, the code does not"
+            );
+        }
+        assert_eq!(
+            code, docs,
+            "docs/recording.md lists the columns in another order"
+        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recording.md");
+        let text = std::fs::read_to_string(path).unwrap();
+        for k in ENTITY_KINDS {
+            assert!(
+                text.contains(&format!("| `{k}` |")),
+                "docs/recording.md lacks entity kind {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_accessors_match_types() {
+        let row = Row {
+            entity: "e".into(),
+            entity_kind: PEER,
+            ..Row::default()
+        };
+        let mut seen = std::collections::HashSet::new();
+        for c in COLUMNS {
+            assert!(seen.insert(c.name), "duplicate column {}", c.name);
+            let ok = matches!(
+                ((c.get)(&row), c.ty),
+                (Cell::F64(_), Type::F64) | (Cell::I64(_), Type::I64) | (Cell::Str(_), Type::Str)
+            );
+            assert!(ok, "{} accessor does not match its type", c.name);
+            if !c.required {
+                assert!(
+                    matches!((c.get)(&row), Cell::F64(None) | Cell::I64(None)),
+                    "{} should default to null",
+                    c.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! `probe record`: polls a running daemon's `/api/v1/snapshot` and writes one row per entity
+//! per tick to a Parquet file (docs/recording.md). Recording through the daemon keeps one
+//! owner of the kernel hooks and records exactly what the exporter sees.
+//!
+//! `client` fetches snapshots, `rows` turns two consecutive snapshots into a tick of rows,
+//! `columns` is the schema (one table), `writer` the Parquet file.
+mod client;
+mod columns;
+mod rows;
+mod writer;
+
+use std::{
+    io::IsTerminal as _,
+    path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use client::{Endpoint, Snapshot};
+use writer::RecordingWriter;
+
+/// How long one fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// The daemon to record (`probe run`'s --listen address).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
+    pub url: String,
+
+    /// The Parquet file to write.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Stop after this long, e.g. `30s`, `2h` (a bare number is seconds). Default: until
+    /// SIGINT/SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = parse_span)]
+    pub duration: Option<Duration>,
+
+    /// Poll every DURATION. Default: follow the daemon's tick, polling just after each one.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub interval: Option<Duration>,
+
+    /// Write a row group every N ticks: the file on disk is complete up to the last one, so
+    /// a killed recorder loses at most N ticks.
+    #[arg(long, value_name = "N", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub flush_every: u32,
+
+    /// Give up after this many failed fetches in a row.
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_failures: u32,
+
+    /// Overwrite FILE if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `30s`, `2h`, `1.5s`, or a bare number of seconds.
+fn parse_span(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.trim().parse::<f64>() {
+        if secs.is_finite() && secs > 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+        return Err(format!("`{s}` must be a positive number of seconds"));
+    }
+    crate::cli::parse_duration(s)
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM set a flag the loop polls, so the file is always finished.
+fn install_signal_handlers() -> Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error()).context("installing a signal handler");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+/// Sleeps until `until` or a stop signal, whichever comes first.
+fn sleep_until(until: Instant) {
+    while !STOP.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// What the progress line shows.
+#[derive(Default)]
+struct Progress {
+    ticks: u64,
+    rows: u64,
+    entities: usize,
+}
+
+fn progress_bar(duration: Option<Duration>) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = match duration {
+        Some(d) => {
+            let b = ProgressBar::with_draw_target(
+                Some(d.as_millis().max(1) as u64),
+                ProgressDrawTarget::stderr(),
+            );
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} recording {elapsed_precise} [{bar:30}] {percent:>3}%  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            b
+        }
+        None => {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(
+                ProgressStyle::with_template("{spinner} recording {elapsed_precise}  {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b
+        }
+    };
+    bar.enable_steady_tick(Duration::from_millis(200));
+    Some(bar)
+}
+
+pub fn main(args: RecordArgs) -> Result<()> {
+    let endpoint = Endpoint::parse(&args.url)?;
+    if args.out.exists() && !args.force {
+        bail!(
+            "{} exists; choose another --out or pass --force to overwrite it",
+            args.out.display()
+        );
+    }
+    install_signal_handlers()?;
+    let meta = [
+        (
+            "probe.recording.schema",
+            columns::SCHEMA_VERSION.to_string(),
+        ),
+        ("probe.version", env!("CARGO_PKG_VERSION").to_string()),
+        ("probe.source", endpoint.url("/api/v1/snapshot")),
+        ("probe.recorder_host", hostname()),
+    ];
+    let mut out = RecordingWriter::create(&args.out, &meta)?;
+    let bar = progress_bar(args.duration);
+    if bar.is_none() {
+        eprintln!(
+            "record: {} -> {}{}",
+            endpoint.url("/api/v1/snapshot"),
+            args.out.display(),
+            args.duration
+                .map(|d| format!(" for {}", humantime::format_duration(d)))
+                .unwrap_or_default()
+        );
+    }
+    let started = Instant::now();
+    let mut progress = Progress::default();
+    let result = record(
+        &args,
+        &endpoint,
+        &mut out,
+        bar.as_ref(),
+        started,
+        &mut progress,
+    );
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    // Finish the file whatever happened: what was recorded stays readable.
+    let finished = out.finish();
+    match (result, finished) {
+        // Nothing recorded: leave no empty file behind to trip the next run.
+        (Err(e), _) if progress.ticks == 0 => {
+            let _ = std::fs::remove_file(&args.out);
+            Err(e)
+        }
+        (Err(e), _) => Err(anyhow!(
+            "{e:#}; {} holds the {} ticks recorded before",
+            args.out.display(),
+            progress.ticks
+        )),
+        (Ok(()), Err(e)) => Err(e).with_context(|| format!("finishing {}", args.out.display())),
+        (Ok(()), Ok(rows)) => {
+            let size = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
+            eprintln!(
+                "record: {} ticks, {rows} rows ({} entities per tick) in {:.1} s -> {} ({:.1} KiB)",
+                progress.ticks,
+                progress.entities,
+                started.elapsed().as_secs_f64(),
+                args.out.display(),
+                size as f64 / 1024.0
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The polling loop: until the duration is over, a signal, or too many failures in a row.
+fn record(
+    args: &RecordArgs,
+    endpoint: &Endpoint,
+    out: &mut RecordingWriter,
+    bar: Option<&ProgressBar>,
+    started: Instant,
+    progress: &mut Progress,
+) -> Result<()> {
+    let deadline = args.duration.map(|d| started + d);
+    let mut prev: Option<Snapshot> = None;
+    let mut failures = 0u32;
+    let mut next_poll = Instant::now();
+    let mut since_flush = 0u32;
+    loop {
+        if let Some(d) = deadline {
+            next_poll = next_poll.min(d);
+        }
+        sleep_until(next_poll);
+        if STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let polled = Instant::now();
+        let snap = match endpoint.snapshot(FETCH_TIMEOUT) {
+            Ok(s) => {
+                failures = 0;
+                s
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= args.max_failures {
+                    bail!(
+                        "cannot fetch {}: {e:#} ({failures} failures in a row; is `probe run` listening there?)",
+                        endpoint.url("/api/v1/snapshot")
+                    );
+                }
+                next_poll = polled + args.interval.unwrap_or(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let tick = if snap.tick_seconds > 0.0 {
+            snap.tick_seconds
+        } else {
+            1.0
+        };
+        let fresh =
+            snap.time_unix > 0.0 && prev.as_ref().is_none_or(|p| snap.time_unix > p.time_unix);
+        next_poll = match args.interval {
+            Some(i) => polled + i,
+            // Follow the daemon: poll shortly after its next tick, or retry soon if this
+            // snapshot was not new yet.
+            // A daemon on another host whose clock is off: just wait a tick.
+            None if fresh => {
+                let margin = (tick * 0.1).min(0.1);
+                let due = snap.time_unix + tick + margin - unix_now();
+                let wait = if (0.0..=tick * 1.5).contains(&due) {
+                    due
+                } else {
+                    tick
+                };
+                polled + Duration::from_secs_f64(wait)
+            }
+            None => polled + Duration::from_secs_f64((tick * 0.05).clamp(0.01, 0.05)),
+        };
+        if !fresh {
+            continue;
+        }
+        if let Some(p) = &prev {
+            let rows = rows::derive(p, &snap);
+            progress.ticks += 1;
+            progress.rows += rows.len() as u64;
+            progress.entities = rows.len();
+            out.push(rows);
+            since_flush += 1;
+            if since_flush >= args.flush_every {
+                since_flush = 0;
+                out.flush()?;
+                if out.row_groups() >= writer::MAX_ROW_GROUPS - 1 {
+                    eprintln!(
+                        "record: the file holds the most row groups Parquet allows; stopping (use a larger --flush-every)"
+                    );
+                    break;
+                }
+            }
+        }
+        prev = Some(snap);
+        if let Some(b) = bar {
+            b.set_position(started.elapsed().as_millis() as u64);
+            b.set_message(format!(
+                "{} ticks, {} rows ({} on disk), {} entities",
+                progress.ticks,
+                progress.rows,
+                out.rows_written(),
+                progress.entities
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans() {
+        assert_eq!(parse_span("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_span("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_span("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_span("0").is_err());
+        assert!(parse_span("soon").is_err());
+    }
+}

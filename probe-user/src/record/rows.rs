@@ -1,0 +1,481 @@
+//! From two consecutive snapshots to one tick of rows. The daemon's counters and histograms
+//! are cumulative; a row holds what happened between the two snapshots: rates (increase over
+//! the interval), counts, and quantiles of the histogram increase. Gauges (srtt, backlog,
+//! connections) are the later snapshot's values.
+//!
+//! A counter's increase is known only for a series present in both snapshots whose value did
+//! not go down (a new series, e.g. a peer just promoted out of "other" with its whole history,
+//! or a daemon restart, gives null for that tick rather than a spike).
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::client::{Histogram, Snapshot};
+use super::columns::{self as c, Row};
+use crate::collect::rdma::keys;
+
+/// A sum of counter increases; None until one is known.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Sum(Option<u64>);
+
+impl Sum {
+    fn add(&mut self, now: u64, before: Option<u64>) {
+        if let Some(d) = before.and_then(|b| now.checked_sub(b)) {
+            self.0 = Some(self.0.unwrap_or(0) + d);
+        }
+    }
+
+    fn rate(self, dt: f64) -> Option<f64> {
+        self.0.map(|v| v as f64 / dt)
+    }
+
+    fn count(self) -> Option<i64> {
+        self.0.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
+/// `now - before` bucket by bucket; None if the histograms differ in shape or `now` is not a
+/// continuation of `before`.
+fn hist_increase(now: &Histogram, before: Option<&Histogram>) -> Option<Histogram> {
+    let b = before?;
+    if b.buckets.len() != now.buckets.len() || now.count < b.count {
+        return None;
+    }
+    let mut buckets = Vec::with_capacity(now.buckets.len());
+    for (n, p) in now.buckets.iter().zip(&b.buckets) {
+        buckets.push((n.0, n.1.checked_sub(p.1)?));
+    }
+    Some(Histogram {
+        buckets,
+        sum: (now.sum - b.sum).max(0.0),
+        count: now.count - b.count,
+    })
+}
+
+/// The q-quantile of a cumulative histogram, interpolated linearly inside its bucket (as
+/// Prometheus's histogram_quantile does). The lower bound of the first bucket is half its
+/// upper bound (log2 buckets). None without samples.
+pub fn quantile(h: &Histogram, q: f64) -> Option<f64> {
+    if h.count == 0 || h.buckets.is_empty() {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * h.count as f64;
+    let mut prev_cum = 0u64;
+    for (i, &(upper, cum)) in h.buckets.iter().enumerate() {
+        if cum > prev_cum && cum as f64 >= rank {
+            let lower = if i == 0 {
+                upper / 2.0
+            } else {
+                h.buckets[i - 1].0
+            };
+            let frac = ((rank - prev_cum as f64) / (cum - prev_cum) as f64).clamp(0.0, 1.0);
+            return Some(lower + (upper - lower) * frac);
+        }
+        prev_cum = cum;
+    }
+    // Samples above the last bound: the best known is that bound.
+    h.buckets.last().map(|b| b.0)
+}
+
+#[derive(Default)]
+struct PeerAcc {
+    tx_bytes: Sum,
+    rx_bytes: Sum,
+    tx_packets: Sum,
+    rx_packets: Sum,
+    ce_packets: Sum,
+    bursts: Sum,
+    burst_bytes: Option<f64>,
+    burst_seconds: Option<f64>,
+}
+
+fn add_opt(acc: &mut Option<f64>, v: f64) {
+    *acc = Some(acc.unwrap_or(0.0) + v);
+}
+
+/// The rows of the tick `now`, given the snapshot before it. `now.time_unix` must be later.
+pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
+    let dt = now.time_unix - prev.time_unix;
+    let base = |kind: &'static str, entity: &str| Row {
+        time_unix: now.time_unix,
+        interval_s: dt,
+        entity_kind: kind,
+        entity: entity.to_string(),
+        ..Row::default()
+    };
+    let mut rows = Vec::new();
+
+    // Peers: flows and bursts (per interface and direction, summed) and the TCP view.
+    let mut peers: BTreeMap<&str, PeerAcc> = BTreeMap::new();
+    let prev_flows: HashMap<(&str, &str, &str), _> = prev
+        .flows
+        .iter()
+        .map(|f| ((f.iface.as_str(), f.direction.as_str(), f.peer.as_str()), f))
+        .collect();
+    for f in &now.flows {
+        let b = prev_flows.get(&(f.iface.as_str(), f.direction.as_str(), f.peer.as_str()));
+        let a = peers.entry(&f.peer).or_default();
+        let (bytes, packets) = if f.direction == "egress" {
+            (&mut a.tx_bytes, &mut a.tx_packets)
+        } else {
+            (&mut a.rx_bytes, &mut a.rx_packets)
+        };
+        bytes.add(f.bytes, b.map(|b| b.bytes));
+        packets.add(f.packets, b.map(|b| b.packets));
+        a.ce_packets.add(f.ce_packets, b.map(|b| b.ce_packets));
+    }
+    let prev_bursts: HashMap<(&str, &str, &str), _> = prev
+        .bursts
+        .iter()
+        .map(|x| ((x.iface.as_str(), x.direction.as_str(), x.peer.as_str()), x))
+        .collect();
+    for x in &now.bursts {
+        let b = prev_bursts.get(&(x.iface.as_str(), x.direction.as_str(), x.peer.as_str()));
+        let a = peers.entry(&x.peer).or_default();
+        a.bursts.add(x.count, b.map(|b| b.count));
+        if let Some(h) = hist_increase(&x.bytes, b.map(|b| &b.bytes)) {
+            add_opt(&mut a.burst_bytes, h.sum);
+        }
+        if let Some(h) = hist_increase(&x.duration, b.map(|b| &b.duration)) {
+            add_opt(&mut a.burst_seconds, h.sum);
+        }
+    }
+    let prev_tcp: HashMap<&str, _> = prev.peers.iter().map(|p| (p.peer.as_str(), p)).collect();
+    let now_tcp: HashMap<&str, _> = now.peers.iter().map(|p| (p.peer.as_str(), p)).collect();
+    for p in &now.peers {
+        peers.entry(&p.peer).or_default();
+    }
+    for (name, a) in &peers {
+        let mut r = base(c::PEER, name);
+        r.tx_bytes_per_s = a.tx_bytes.rate(dt);
+        r.rx_bytes_per_s = a.rx_bytes.rate(dt);
+        r.tx_packets_per_s = a.tx_packets.rate(dt);
+        r.rx_packets_per_s = a.rx_packets.rate(dt);
+        r.ce_packets_per_s = a.ce_packets.rate(dt);
+        r.bursts = a.bursts.count();
+        r.burst_bytes = a.burst_bytes.map(|b| b.round() as i64);
+        r.burst_seconds = a.burst_seconds;
+        if let Some(p) = now_tcp.get(name) {
+            let b = prev_tcp.get(name);
+            r.srtt_s = p.srtt_seconds;
+            r.min_rtt_s = p.min_rtt_seconds;
+            r.connections = Some(p.connections.into());
+            if let Some(h) = hist_increase(&p.rtt, b.map(|b| &b.rtt)) {
+                r.rtt_samples = Some(h.count as i64);
+                r.rtt_mean_s = (h.count > 0).then(|| h.sum / h.count as f64);
+                r.rtt_p50_s = quantile(&h, 0.5);
+                r.rtt_p90_s = quantile(&h, 0.9);
+                r.rtt_p99_s = quantile(&h, 0.99);
+            }
+            let mut re = Sum::default();
+            re.add(p.retransmits, b.map(|b| b.retransmits));
+            r.retransmits_per_s = re.rate(dt);
+        }
+        rows.push(r);
+    }
+
+    // Interfaces: link counters and qdisc sojourn time.
+    let mut ifaces: BTreeSet<&str> = now.interfaces.iter().map(String::as_str).collect();
+    ifaces.extend(now.links.iter().map(|l| l.iface.as_str()));
+    ifaces.extend(now.sojourn.iter().map(|s| s.iface.as_str()));
+    for iface in ifaces {
+        let mut r = base(c::INTERFACE, iface);
+        if let Some(l) = now.links.iter().find(|l| l.iface == iface) {
+            let b = prev.links.iter().find(|l| l.iface == iface);
+            let rate = |now: u64, before: Option<u64>| {
+                let mut s = Sum::default();
+                s.add(now, before);
+                s.rate(dt)
+            };
+            r.tx_bytes_per_s = rate(l.tx_bytes, b.map(|b| b.tx_bytes));
+            r.rx_bytes_per_s = rate(l.rx_bytes, b.map(|b| b.rx_bytes));
+            r.tx_packets_per_s = rate(l.tx_packets, b.map(|b| b.tx_packets));
+            r.rx_packets_per_s = rate(l.rx_packets, b.map(|b| b.rx_packets));
+            r.tx_errors_per_s = rate(l.tx_errors, b.map(|b| b.tx_errors));
+            r.rx_errors_per_s = rate(l.rx_errors, b.map(|b| b.rx_errors));
+            r.tx_dropped_per_s = rate(l.tx_dropped, b.map(|b| b.tx_dropped));
+            r.rx_dropped_per_s = rate(l.rx_dropped, b.map(|b| b.rx_dropped));
+        }
+        if let Some(s) = now.sojourn.iter().find(|s| s.iface == iface) {
+            let b = prev.sojourn.iter().find(|s| s.iface == iface);
+            if let Some(h) = hist_increase(&s.seconds, b.map(|b| &b.seconds)) {
+                r.sojourn_samples = Some(h.count as i64);
+                r.sojourn_p50_s = quantile(&h, 0.5);
+                r.sojourn_p99_s = quantile(&h, 0.99);
+            }
+        }
+        rows.push(r);
+    }
+
+    // Qdiscs: queue depth and counters of each qdisc on a monitored interface.
+    let qname = |q: &super::client::Qdisc| format!("{}/{}/{}", q.iface, q.kind, q.handle);
+    let prev_q: HashMap<String, _> = prev.qdiscs.iter().map(|q| (qname(q), q)).collect();
+    let mut qdiscs: BTreeMap<String, _> = BTreeMap::new();
+    for q in &now.qdiscs {
+        qdiscs.insert(qname(q), q);
+    }
+    for (name, q) in qdiscs {
+        let b = prev_q.get(&name);
+        let mut r = base(c::QDISC, &name);
+        let rate = |now: u64, before: Option<u64>| {
+            let mut s = Sum::default();
+            s.add(now, before);
+            s.rate(dt)
+        };
+        r.tx_bytes_per_s = rate(q.sent_bytes, b.map(|b| b.sent_bytes));
+        r.tx_packets_per_s = rate(q.sent_packets, b.map(|b| b.sent_packets));
+        r.qdisc_backlog_packets = i64::try_from(q.backlog_packets).ok();
+        r.qdisc_backlog_bytes = i64::try_from(q.backlog_bytes).ok();
+        r.qdisc_drops_per_s = rate(q.drops, b.map(|b| b.drops));
+        r.qdisc_overlimits_per_s = rate(q.overlimits, b.map(|b| b.overlimits));
+        r.qdisc_requeues_per_s = rate(q.requeues, b.map(|b| b.requeues));
+        rows.push(r);
+    }
+
+    // RDMA ports: the poller's own per-second rates over its last interval.
+    if let Some(rdma) = &now.rdma {
+        let mut ports: Vec<_> = rdma.ports.iter().collect();
+        ports.sort_by(|a, b| (&a.device, a.port).cmp(&(&b.device, b.port)));
+        for p in ports {
+            let mut r = base(c::RDMA_PORT, &format!("{}/{}", p.device, p.port));
+            let get = |k: &str| p.rates.get(k).copied();
+            r.tx_bytes_per_s = get(keys::TRANSMIT_BYTES);
+            r.rx_bytes_per_s = get(keys::RECEIVE_BYTES);
+            r.tx_packets_per_s = get(keys::TRANSMIT_PACKETS);
+            r.rx_packets_per_s = get(keys::RECEIVE_PACKETS);
+            r.rdma_transmit_wait_ticks_per_s = get(keys::TRANSMIT_WAIT_TICKS);
+            r.rdma_transmit_discards_per_s = get(keys::TRANSMIT_DISCARDS);
+            r.rdma_cnp_sent_per_s = get(keys::CNP_SENT);
+            r.rdma_cnp_handled_per_s = get(keys::CNP_HANDLED);
+            r.rdma_ecn_marked_packets_per_s = get(keys::ECN_MARKED_PACKETS);
+            r.rdma_out_of_sequence_packets_per_s = get(keys::OUT_OF_SEQUENCE_PACKETS);
+            r.rdma_packet_sequence_errors_per_s = get(keys::PACKET_SEQUENCE_ERRORS);
+            r.rdma_local_ack_timeout_errors_per_s = get(keys::LOCAL_ACK_TIMEOUT_ERRORS);
+            r.rdma_rnr_nak_retry_errors_per_s = get(keys::RNR_NAK_RETRY_ERRORS);
+            r.rdma_link_downed_per_s = get(keys::LINK_DOWNED);
+            rows.push(r);
+        }
+    }
+
+    // Drops by reason, and the host's totals.
+    let prev_drops: HashMap<&str, u64> = prev
+        .drops
+        .iter()
+        .map(|d| (d.reason.as_str(), d.packets))
+        .collect();
+    let mut total = Sum::default();
+    let mut reasons: Vec<_> = now.drops.iter().collect();
+    reasons.sort_by(|a, b| a.reason.cmp(&b.reason));
+    for d in reasons {
+        let before = prev_drops.get(d.reason.as_str()).copied();
+        let mut s = Sum::default();
+        s.add(d.packets, before);
+        total.add(d.packets, before);
+        let mut r = base(c::DROP_REASON, &d.reason);
+        r.drops_per_s = s.rate(dt);
+        rows.push(r);
+    }
+    let mut r = base(c::HOST, "host");
+    r.drops_per_s = total.rate(dt);
+    r.flows_tracked = i64::try_from(now.flows_tracked).ok();
+    let mut ev = Sum::default();
+    ev.add(now.flow_evictions, Some(prev.flow_evictions));
+    r.flow_evictions_per_s = ev.rate(dt);
+    r.peers_folded = i64::try_from(now.peers_folded).ok();
+    rows.push(r);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::client::{Burst, Flow, Link, Peer, Qdisc, Sojourn};
+    use super::*;
+
+    fn hist(counts: &[u64], sum: f64) -> Histogram {
+        // log2 buckets of microseconds, cumulative.
+        let mut cum = 0;
+        let buckets = counts
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                cum += n;
+                ((1u64 << (i + 1)) as f64 * 1e-6, cum)
+            })
+            .collect();
+        Histogram {
+            buckets,
+            sum,
+            count: cum,
+        }
+    }
+
+    fn flow(dir: &str, peer: &str, bytes: u64) -> Flow {
+        Flow {
+            iface: "eth0".into(),
+            direction: dir.into(),
+            peer: peer.into(),
+            bytes,
+            packets: bytes / 1000,
+            ce_packets: 0,
+        }
+    }
+
+    fn peer(name: &str, srtt: f64, rtt: Histogram, retrans: u64) -> Peer {
+        Peer {
+            peer: name.into(),
+            srtt_seconds: Some(srtt),
+            min_rtt_seconds: Some(srtt / 2.0),
+            connections: 1,
+            rtt,
+            retransmits: retrans,
+        }
+    }
+
+    fn find<'a>(rows: &'a [Row], kind: &str, entity: &str) -> &'a Row {
+        rows.iter()
+            .find(|r| r.entity_kind == kind && r.entity == entity)
+            .unwrap_or_else(|| panic!("no {kind} {entity} in {rows:#?}"))
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_log2_buckets() {
+        // 10 samples in [4, 8) us.
+        let h = hist(&[0, 0, 10], 0.0);
+        assert!((quantile(&h, 0.5).unwrap() - 6e-6).abs() < 1e-12);
+        assert!((quantile(&h, 1.0).unwrap() - 8e-6).abs() < 1e-12);
+        // First bucket: [1, 2) us.
+        let h = hist(&[4], 0.0);
+        assert!((quantile(&h, 0.5).unwrap() - 1.5e-6).abs() < 1e-12);
+        // 90 fast, 10 slow: p50 fast, p99 slow.
+        let h = hist(&[0, 90, 0, 0, 0, 0, 0, 0, 0, 0, 10], 0.0);
+        assert!(quantile(&h, 0.5).unwrap() < 4e-6);
+        assert!(quantile(&h, 0.99).unwrap() > 1e-3);
+        assert_eq!(quantile(&hist(&[0, 0], 0.0), 0.5), None);
+    }
+
+    #[test]
+    fn rates_counts_and_gauges_of_one_tick() {
+        let prev = Snapshot {
+            time_unix: 100.0,
+            flows: vec![
+                flow("egress", "10.0.0.2", 1_000_000),
+                flow("ingress", "10.0.0.2", 500_000),
+            ],
+            peers: vec![peer(
+                "10.0.0.2",
+                0.003,
+                hist(&[0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 60e-6),
+                5,
+            )],
+            bursts: vec![Burst {
+                iface: "eth0".into(),
+                direction: "egress".into(),
+                peer: "10.0.0.2".into(),
+                count: 3,
+                bytes: hist(&[0, 0, 3], 20.0),
+                duration: hist(&[0, 3], 9e-6),
+            }],
+            links: vec![Link {
+                iface: "eth0".into(),
+                tx_bytes: 10,
+                ..Link::default()
+            }],
+            qdiscs: vec![Qdisc {
+                iface: "eth0".into(),
+                kind: "tbf".into(),
+                handle: "8001:".into(),
+                drops: 1,
+                sent_bytes: 100,
+                ..Qdisc::default()
+            }],
+            sojourn: vec![Sojourn {
+                iface: "eth0".into(),
+                seconds: hist(&[5, 0], 1e-5),
+            }],
+            drops: vec![super::super::client::Drop {
+                reason: "NO_SOCKET".into(),
+                packets: 7,
+            }],
+            ..Snapshot::default()
+        };
+        let mut now = prev.clone();
+        now.time_unix = 102.0;
+        now.flows[0].bytes += 4_000_000; // 2 MB/s out
+        now.flows[0].packets += 4_000;
+        now.flows.push(flow("egress", "10.0.0.9", 123)); // new: unknown rate
+        now.peers[0] = peer(
+            "10.0.0.2",
+            0.012,
+            hist(&[0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 20], 0.3),
+            9,
+        );
+        now.bursts[0].count = 5;
+        now.bursts[0].bytes = hist(&[0, 0, 5], 30.0);
+        now.links[0].tx_bytes = 30;
+        now.qdiscs[0].drops = 5;
+        now.qdiscs[0].backlog_bytes = 4096;
+        now.qdiscs[0].sent_bytes = 300;
+        now.sojourn[0].seconds = hist(&[5, 4], 3e-5);
+        now.drops[0].packets = 9;
+        now.drops.push(super::super::client::Drop {
+            reason: "TCP_CSUM".into(),
+            packets: 1,
+        });
+        now.flows_tracked = 3;
+
+        let rows = derive(&prev, &now);
+        let p = find(&rows, c::PEER, "10.0.0.2");
+        assert_eq!(p.interval_s, 2.0);
+        assert_eq!(p.tx_bytes_per_s, Some(2_000_000.0));
+        assert_eq!(p.tx_packets_per_s, Some(2_000.0));
+        assert_eq!(p.rx_bytes_per_s, Some(0.0));
+        assert_eq!(p.srtt_s, Some(0.012));
+        assert_eq!(p.min_rtt_s, Some(0.006));
+        assert_eq!(p.connections, Some(1));
+        assert_eq!(p.rtt_samples, Some(20));
+        // 20 new samples in the [8.192, 16.384) ms bucket.
+        let p50 = p.rtt_p50_s.unwrap();
+        assert!((0.008..0.0164).contains(&p50), "{p50}");
+        assert!((p.rtt_mean_s.unwrap() - (0.3 - 60e-6) / 20.0).abs() < 1e-9);
+        assert_eq!(p.retransmits_per_s, Some(2.0));
+        assert_eq!(p.bursts, Some(2));
+        assert_eq!(p.burst_bytes, Some(10));
+        assert_eq!(p.burst_seconds, Some(0.0));
+        let n = find(&rows, c::PEER, "10.0.0.9");
+        assert_eq!(n.tx_bytes_per_s, None);
+        assert_eq!(n.srtt_s, None);
+
+        let i = find(&rows, c::INTERFACE, "eth0");
+        assert_eq!(i.tx_bytes_per_s, Some(10.0));
+        assert_eq!(i.sojourn_samples, Some(4));
+        assert!(i.sojourn_p99_s.unwrap() > 2e-6);
+        let q = find(&rows, c::QDISC, "eth0/tbf/8001:");
+        assert_eq!(q.qdisc_drops_per_s, Some(2.0));
+        assert_eq!(q.qdisc_backlog_bytes, Some(4096));
+        assert_eq!(q.tx_bytes_per_s, Some(100.0));
+        assert_eq!(
+            find(&rows, c::DROP_REASON, "NO_SOCKET").drops_per_s,
+            Some(1.0)
+        );
+        assert_eq!(find(&rows, c::DROP_REASON, "TCP_CSUM").drops_per_s, None);
+        let h = find(&rows, c::HOST, "host");
+        assert_eq!(h.drops_per_s, Some(1.0));
+        assert_eq!(h.flows_tracked, Some(3));
+        // Every row carries the tick's time.
+        assert!(rows.iter().all(|r| r.time_unix == 102.0));
+    }
+
+    #[test]
+    fn a_counter_that_went_down_is_unknown_not_negative() {
+        let prev = Snapshot {
+            time_unix: 1.0,
+            flows: vec![flow("egress", "a", 5000)],
+            ..Snapshot::default()
+        };
+        let now = Snapshot {
+            time_unix: 2.0,
+            flows: vec![flow("egress", "a", 100)],
+            ..Snapshot::default()
+        };
+        let rows = derive(&prev, &now);
+        assert_eq!(find(&rows, c::PEER, "a").tx_bytes_per_s, None);
+    }
+}

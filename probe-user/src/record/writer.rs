@@ -1,0 +1,301 @@
+//! The Parquet file. Rows are buffered and written as one row group per flush; after every
+//! row group a footer describing all row groups so far is written after it, so the file on
+//! disk is always a complete Parquet file. A recorder killed between flushes leaves a file
+//! that ends at its last flush; the next flush overwrites that footer, and `finish` writes
+//! the final one (with page indexes).
+//!
+//! The Parquet writer writes into memory ([`Pending`]); each flush moves those bytes plus the
+//! new footer into the file with one positional write at the end of the data already there.
+use std::{fs::File, io::Write, os::unix::fs::FileExt as _, path::Path, sync::Arc};
+
+use ::parquet::{
+    basic::Compression,
+    data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type},
+    file::{
+        metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter},
+        properties::WriterProperties,
+        writer::SerializedFileWriter,
+    },
+    schema::{
+        parser::parse_message_type,
+        types::{SchemaDescPtr, SchemaDescriptor},
+    },
+};
+use anyhow::{Context as _, Result};
+
+use super::columns::{Cell, Row, Type, COLUMNS};
+
+/// Bytes the Parquet writer produced since the last flush.
+#[derive(Default)]
+pub struct Pending(Vec<u8>);
+
+impl Write for Pending {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The Parquet schema text of [`COLUMNS`].
+pub fn schema_text() -> String {
+    let mut s = String::from("message probe_recording {\n");
+    for c in COLUMNS {
+        let rep = if c.required { "required" } else { "optional" };
+        let ty = match c.ty {
+            Type::F64 => "double",
+            Type::I64 => "int64",
+            Type::Str => "binary",
+        };
+        let ann = if c.ty == Type::Str { " (STRING)" } else { "" };
+        s.push_str(&format!("  {rep} {ty} {}{ann};\n", c.name));
+    }
+    s.push('}');
+    s
+}
+
+pub struct RecordingWriter {
+    file: File,
+    writer: SerializedFileWriter<Pending>,
+    descr: SchemaDescPtr,
+    kv: Vec<KeyValue>,
+    /// File offset where the next data goes (the end of the last row group written).
+    committed: u64,
+    rows: Vec<Row>,
+    rows_written: u64,
+    row_groups: usize,
+}
+
+/// Parquet's limit on row groups per file (an i16 ordinal).
+pub const MAX_ROW_GROUPS: usize = i16::MAX as usize;
+
+impl RecordingWriter {
+    /// Creates `path` (truncating it) and writes an empty but valid recording into it.
+    pub fn create(path: &Path, metadata: &[(&str, String)]) -> Result<Self> {
+        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let schema = Arc::new(parse_message_type(&schema_text()).context("recording schema")?);
+        let descr = Arc::new(SchemaDescriptor::new(schema.clone()));
+        let kv: Vec<KeyValue> = metadata
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.to_string(), v.clone()))
+            .collect();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_key_value_metadata(Some(kv.clone()))
+            .set_created_by(format!("probe {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        let writer = SerializedFileWriter::new(Pending::default(), schema, Arc::new(props))?;
+        let mut w = Self {
+            file,
+            writer,
+            descr,
+            kv,
+            committed: 0,
+            rows: Vec::new(),
+            rows_written: 0,
+            row_groups: 0,
+        };
+        w.checkpoint()
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(w)
+    }
+
+    pub fn push(&mut self, rows: impl IntoIterator<Item = Row>) {
+        self.rows.extend(rows);
+    }
+
+    /// Rows on disk (in row groups).
+    pub fn rows_written(&self) -> u64 {
+        self.rows_written
+    }
+
+    pub fn row_groups(&self) -> usize {
+        self.row_groups
+    }
+
+    /// Writes the buffered rows as one row group and makes the file complete up to them.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        self.write_row_group()?;
+        self.checkpoint()
+    }
+
+    /// Writes the last rows and the final footer; the file is complete.
+    pub fn finish(mut self) -> Result<u64> {
+        if !self.rows.is_empty() {
+            self.write_row_group()?;
+        }
+        let pending = self.writer.into_inner()?;
+        self.file.write_all_at(&pending.0, self.committed)?;
+        let end = self.committed + pending.0.len() as u64;
+        self.file.set_len(end)?;
+        self.file.sync_all()?;
+        Ok(self.rows_written)
+    }
+
+    fn write_row_group(&mut self) -> Result<()> {
+        let rows = std::mem::take(&mut self.rows);
+        let mut rg = self.writer.next_row_group()?;
+        for c in COLUMNS {
+            let mut col = rg
+                .next_column()?
+                .expect("the schema has one column per table entry");
+            let mut defs: Vec<i16> = Vec::with_capacity(rows.len());
+            match c.ty {
+                Type::F64 => {
+                    let mut vals = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        if let Cell::F64(v) = (c.get)(r) {
+                            defs.push(i16::from(v.is_some()));
+                            vals.extend(v);
+                        }
+                    }
+                    let defs = (!c.required).then_some(defs.as_slice());
+                    col.typed::<DoubleType>().write_batch(&vals, defs, None)?;
+                }
+                Type::I64 => {
+                    let mut vals = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        if let Cell::I64(v) = (c.get)(r) {
+                            defs.push(i16::from(v.is_some()));
+                            vals.extend(v);
+                        }
+                    }
+                    let defs = (!c.required).then_some(defs.as_slice());
+                    col.typed::<Int64Type>().write_batch(&vals, defs, None)?;
+                }
+                Type::Str => {
+                    let vals: Vec<ByteArray> = rows
+                        .iter()
+                        .filter_map(|r| match (c.get)(r) {
+                            Cell::Str(s) => Some(ByteArray::from(s)),
+                            _ => None,
+                        })
+                        .collect();
+                    col.typed::<ByteArrayType>()
+                        .write_batch(&vals, None, None)?;
+                }
+            }
+            col.close()?;
+        }
+        rg.close()?;
+        self.rows_written += rows.len() as u64;
+        self.row_groups += 1;
+        Ok(())
+    }
+
+    /// Moves the pending bytes to the file followed by a footer listing every row group.
+    fn checkpoint(&mut self) -> Result<()> {
+        self.writer.flush()?;
+        let data = std::mem::take(&mut self.writer.inner_mut().0);
+        let groups = self.writer.flushed_row_groups().to_vec();
+        let num_rows = groups.iter().map(|g| g.num_rows()).sum();
+        let meta = ParquetMetaData::new(
+            FileMetaData::new(
+                self.writer.properties().writer_version().as_num(),
+                num_rows,
+                Some(self.writer.properties().created_by().to_string()),
+                Some(self.kv.clone()),
+                self.descr.clone(),
+                None,
+            ),
+            groups,
+        );
+        let mut buf = data;
+        let data_len = buf.len() as u64;
+        ParquetMetaDataWriter::new(&mut buf, &meta).finish()?;
+        // One write: the old footer is replaced by the new data and the new footer.
+        self.file.write_all_at(&buf, self.committed)?;
+        self.file.set_len(self.committed + buf.len() as u64)?;
+        self.committed += data_len;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::columns::{HOST, PEER};
+    use super::*;
+    use ::parquet::file::reader::{FileReader as _, SerializedFileReader};
+    use ::parquet::record::RowAccessor as _;
+
+    fn row(t: f64, entity: &str, srtt: Option<f64>) -> Row {
+        Row {
+            time_unix: t,
+            interval_s: 1.0,
+            entity_kind: PEER,
+            entity: entity.into(),
+            srtt_s: srtt,
+            connections: Some(2),
+            ..Row::default()
+        }
+    }
+
+    fn read(path: &Path) -> Vec<(f64, String, Option<f64>)> {
+        let r = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        let schema = r.metadata().file_metadata().schema_descr();
+        let idx = |n: &str| {
+            (0..schema.num_columns())
+                .find(|&i| schema.column(i).name() == n)
+                .unwrap()
+        };
+        let (t, e, s) = (idx("time_unix"), idx("entity"), idx("srtt_s"));
+        r.get_row_iter(None)
+            .unwrap()
+            .map(|row| {
+                let row = row.unwrap();
+                (
+                    row.get_double(t).unwrap(),
+                    row.get_string(e).unwrap().clone(),
+                    row.get_double(s).ok(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_file_is_readable_after_every_flush_and_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.parquet");
+        let mut w = RecordingWriter::create(&path, &[("probe.test", "1".into())]).unwrap();
+        assert!(read(&path).is_empty(), "a new recording is an empty file");
+
+        w.push([row(1.0, "a", Some(0.003)), row(1.0, "b", None)]);
+        w.flush().unwrap();
+        assert_eq!(read(&path).len(), 2);
+        w.push([row(2.0, "a", Some(0.004))]);
+        w.flush().unwrap();
+        let rows = read(&path);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[1], (1.0, "b".to_string(), None));
+        assert_eq!(rows[2], (2.0, "a".to_string(), Some(0.004)));
+
+        // Rows pushed but not flushed are not on disk; the file stays valid.
+        w.push([Row {
+            entity_kind: HOST,
+            entity: "host".into(),
+            time_unix: 3.0,
+            ..Row::default()
+        }]);
+        assert_eq!(read(&path).len(), 3);
+        assert_eq!(w.finish().unwrap(), 4);
+        let rows = read(&path);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[3].1, "host");
+
+        let r = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let md = r.metadata();
+        assert_eq!(md.num_row_groups(), 3);
+        let kv = md.file_metadata().key_value_metadata().unwrap();
+        assert!(kv.iter().any(|k| k.key == "probe.test"));
+        assert_eq!(
+            md.file_metadata().schema_descr().num_columns(),
+            COLUMNS.len()
+        );
+    }
+}
