@@ -33,7 +33,10 @@ fn main() -> ExitCode {
             }
             // One line: clap's message without its "For more information" footer.
             let msg = e.to_string();
-            eprintln!("{}", msg.lines().next().unwrap_or("error: invalid arguments"));
+            eprintln!(
+                "{}",
+                msg.lines().next().unwrap_or("error: invalid arguments")
+            );
             return ExitCode::from(2);
         }
     };
