@@ -227,7 +227,9 @@ mod tests {
         let word = |b: [u8; 4]| u32::from_ne_bytes(b);
         let mapped = [0, 0, word([0, 0, 0xff, 0xff]), word([10, 0, 0, 1])];
         assert_eq!(
-            ip_from_abi(probe_ebpf::AF_INET6, &mapped).unwrap().to_string(),
+            ip_from_abi(probe_ebpf::AF_INET6, &mapped)
+                .unwrap()
+                .to_string(),
             "10.0.0.1"
         );
         let v4 = [word([192, 0, 2, 7]), 0, 0, 0];
