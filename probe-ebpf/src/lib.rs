@@ -83,7 +83,6 @@ pub mod names {
     pub const QDISC_SOJOURN: &str = "QDISC_SOJOURN";
     pub const ERRORS: &str = "ERRORS";
     pub const KFREE_SKB: &str = "tp_kfree_skb";
-    pub const QDISC_ENQUEUE: &str = "tp_qdisc_enqueue";
     pub const QDISC_DEQUEUE: &str = "tp_qdisc_dequeue";
     pub const TCP_PROBE: &str = "tp_tcp_probe";
     pub const TC_INGRESS_ETH: &str = "tc_ingress_eth";
@@ -109,11 +108,8 @@ pub mod globals {
     pub const RETX_OFF_DADDR_V6: &str = "RETX_OFF_DADDR_V6";
     /// u32 offset of `reason` in `skb:kfree_skb`.
     pub const DROP_OFF_REASON: &str = "DROP_OFF_REASON";
-    /// u32 offsets of `skbaddr` and `ifindex` in `qdisc:qdisc_enqueue` / `qdisc_dequeue`.
-    pub const QENQ_OFF_SKB: &str = "QENQ_OFF_SKB";
-    pub const QENQ_OFF_IFINDEX: &str = "QENQ_OFF_IFINDEX";
+    /// u32 offset of `skbaddr` in `qdisc:qdisc_dequeue`.
     pub const QDEQ_OFF_SKB: &str = "QDEQ_OFF_SKB";
-    pub const QDEQ_OFF_IFINDEX: &str = "QDEQ_OFF_IFINDEX";
     /// u32 offsets in `tcp:tcp_probe` (saddr/daddr are sockaddr_in/sockaddr_in6).
     pub const PROBE_OFF_SADDR: &str = "PROBE_OFF_SADDR";
     pub const PROBE_OFF_DADDR: &str = "PROBE_OFF_DADDR";
@@ -252,6 +248,15 @@ impl Default for BurstHist {
     }
 }
 
+/// A packet waiting in a monitored interface's qdisc (QDISC_INFLIGHT, keyed by skb address).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inflight {
+    pub enqueued_ns: u64,
+    pub ifindex: u32,
+    pub _pad: u32,
+}
+
 /// A log2 histogram of durations in nanoseconds (qdisc sojourn time per interface).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -335,6 +340,7 @@ const _: () = {
     assert!(core::mem::size_of::<BurstKey>() == 24);
     assert!(core::mem::size_of::<BurstHist>() == 8 * (2 * LOG2_BUCKETS + 3));
     assert!(core::mem::size_of::<NsHist>() == 8 * (LOG2_BUCKETS + 2));
+    assert!(core::mem::size_of::<Inflight>() == 16);
 };
 
 #[cfg(feature = "user")]
@@ -353,6 +359,7 @@ mod pod {
     unsafe impl aya::Pod for BurstKey {}
     unsafe impl aya::Pod for BurstHist {}
     unsafe impl aya::Pod for NsHist {}
+    unsafe impl aya::Pod for Inflight {}
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use aya_ebpf::{
 };
 use probe_ebpf::{
     errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
-    NsHist, PeerKey, PeerTcp, BURSTS_MAX_ENTRIES, CONNS_MAX_ENTRIES, DROP_REASONS_MAX_ENTRIES,
-    FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES, QDISC_INFLIGHT_MAX_ENTRIES,
+    Inflight, NsHist, PeerKey, PeerTcp, BURSTS_MAX_ENTRIES, CONNS_MAX_ENTRIES,
+    DROP_REASONS_MAX_ENTRIES, FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES,
+    QDISC_INFLIGHT_MAX_ENTRIES,
 };
 
 /// Per-flow counters. LRU so that a full map evicts the coldest flow instead of dropping
@@ -41,14 +42,15 @@ pub static PEER_BURSTS: LruHashMap<BurstKey, BurstHist> =
 pub static DROPS: PerCpuHashMap<u32, u64> =
     PerCpuHashMap::with_max_entries(DROP_REASONS_MAX_ENTRIES, 0);
 
-/// Interfaces whose qdisc sojourn time is measured (filled by user space).
+/// Monitored interfaces whose root qdisc queues packets (filled by user space each tick):
+/// their egress packets are timed from TC egress to qdisc dequeue.
 #[map(name = "QDISC_IFACES")]
 pub static QDISC_IFACES: HashMap<u32, u8> = HashMap::with_max_entries(IFACES_MAX_ENTRIES, 0);
 
-/// Enqueue time of packets waiting in a monitored qdisc, by skb address. LRU: a packet the
-/// qdisc drops never dequeues, and its entry ages out.
+/// Packets waiting in a monitored qdisc, by skb address. LRU: a packet the qdisc drops
+/// never dequeues, and its entry ages out.
 #[map(name = "QDISC_INFLIGHT")]
-pub static QDISC_INFLIGHT: LruHashMap<u64, u64> =
+pub static QDISC_INFLIGHT: LruHashMap<u64, Inflight> =
     LruHashMap::with_max_entries(QDISC_INFLIGHT_MAX_ENTRIES, 0);
 
 /// Sojourn time histogram per interface.

@@ -6,15 +6,19 @@
 //! Every program returns TC_ACT_UNSPEC (-1): it only observes, the packet goes on as if the
 //! filter were not there.
 use aya_ebpf::{
-    bindings::TC_ACT_UNSPEC, helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext,
+    bindings::{BPF_ANY, TC_ACT_UNSPEC},
+    helpers::bpf_ktime_get_ns,
+    macros::classifier,
+    programs::TcContext,
 };
 use probe_ebpf::{
-    errors, log2_bucket, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, AF_INET, AF_INET6,
-    DIR_EGRESS, DIR_INGRESS,
+    errors, log2_bucket, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight, AF_INET,
+    AF_INET6, DIR_EGRESS, DIR_INGRESS,
 };
 
 use crate::maps::{
     atomic_add, bucket_index, count_error, lookup_or_init, peer_bursts, zeroed, FLOWS, NONIP,
+    QDISC_IFACES, QDISC_INFLIGHT,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -38,6 +42,7 @@ pub fn tc_ingress_eth(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn tc_egress_eth(ctx: TcContext) -> i32 {
     account(&ctx, ETH_HLEN, DIR_EGRESS);
+    enqueued(&ctx);
     TC_ACT_UNSPEC
 }
 
@@ -50,7 +55,31 @@ pub fn tc_ingress_rawip(ctx: TcContext) -> i32 {
 #[classifier]
 pub fn tc_egress_rawip(ctx: TcContext) -> i32 {
     account(&ctx, 0, DIR_EGRESS);
+    enqueued(&ctx);
     TC_ACT_UNSPEC
+}
+
+/// TC egress runs right before the packet enters the interface's qdisc. On interfaces whose
+/// qdisc queues, remember when, keyed by the skb's kernel address (the context pointer of a
+/// TC program is the sk_buff itself), for tp_qdisc_dequeue to time its sojourn. Keying by
+/// skb rather than by the dequeue event's ifindex keeps other namespaces' interfaces, whose
+/// indexes repeat, out of the measurement.
+#[inline(always)]
+fn enqueued(ctx: &TcContext) {
+    // SAFETY: the context pointer handed to this program.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if QDISC_IFACES.get_ptr(&ifindex).is_none() {
+        return;
+    }
+    let skb = ctx.skb.skb as u64;
+    let v = Inflight {
+        enqueued_ns: unsafe { bpf_ktime_get_ns() },
+        ifindex,
+        _pad: 0,
+    };
+    if QDISC_INFLIGHT.insert(&skb, &v, BPF_ANY as u64).is_err() {
+        count_error(errors::QDISC_INFLIGHT_FULL);
+    }
 }
 
 /// Reads a `T` at `off`: straight from the linear packet data when it is there (the common

@@ -1,16 +1,14 @@
 //! Tracepoints. `tcp:tcp_retransmit_skb` sees retransmits of every socket, including those
 //! opened before probe started or in cgroups sock_ops does not cover.
 use aya_ebpf::{
-    bindings::BPF_ANY,
     helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
     macros::tracepoint,
     programs::TracePointContext,
 };
-use probe_ebpf::{errors, log2_bucket, ConnKey, NsHist, PeerKey, AF_INET, AF_INET6};
+use probe_ebpf::{log2_bucket, ConnKey, NsHist, PeerKey, AF_INET, AF_INET6};
 
 use crate::maps::{
-    atomic_add, bucket_index, count_error, peer_tcp, zeroed, CONNS, DROPS, QDISC_IFACES,
-    QDISC_INFLIGHT, QDISC_SOJOURN,
+    atomic_add, bucket_index, peer_tcp, zeroed, CONNS, DROPS, QDISC_INFLIGHT, QDISC_SOJOURN,
 };
 
 // Field offsets in the tracepoint record, patched by the loader from the event's `format`
@@ -46,13 +44,7 @@ static PROBE_OFF_SRTT: u32 = 0;
 #[unsafe(no_mangle)]
 static PROBE_OFF_CWND: u32 = 0;
 #[unsafe(no_mangle)]
-static QENQ_OFF_SKB: u32 = 0;
-#[unsafe(no_mangle)]
-static QENQ_OFF_IFINDEX: u32 = 0;
-#[unsafe(no_mangle)]
 static QDEQ_OFF_SKB: u32 = 0;
-#[unsafe(no_mangle)]
-static QDEQ_OFF_IFINDEX: u32 = 0;
 
 #[inline(always)]
 fn off(v: &u32) -> usize {
@@ -123,30 +115,8 @@ pub fn tp_kfree_skb(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `qdisc:qdisc_enqueue`: remembers when a packet entered a monitored interface's qdisc.
-#[tracepoint]
-pub fn tp_qdisc_enqueue(ctx: TracePointContext) -> u32 {
-    let (skb_off, if_off) = (off(&QENQ_OFF_SKB), off(&QENQ_OFF_IFINDEX));
-    if skb_off == 0 || if_off == 0 {
-        return 0;
-    }
-    let Ok(ifindex) = (unsafe { ctx.read_at::<u32>(if_off) }) else {
-        return 0;
-    };
-    if QDISC_IFACES.get_ptr(&ifindex).is_none() {
-        return 0;
-    }
-    let Ok(skb) = (unsafe { ctx.read_at::<u64>(skb_off) }) else {
-        return 0;
-    };
-    let now = unsafe { bpf_ktime_get_ns() };
-    if QDISC_INFLIGHT.insert(&skb, &now, BPF_ANY as u64).is_err() {
-        count_error(errors::QDISC_INFLIGHT_FULL);
-    }
-    0
-}
-
-/// `qdisc:qdisc_dequeue`: the time since enqueue is the packet's sojourn in the qdisc.
+/// `qdisc:qdisc_dequeue`: a packet TC egress saw on a monitored interface leaves the qdisc;
+/// the time since is its sojourn.
 #[tracepoint]
 pub fn tp_qdisc_dequeue(ctx: TracePointContext) -> u32 {
     let _ = dequeue(&ctx);
@@ -155,21 +125,20 @@ pub fn tp_qdisc_dequeue(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn dequeue(ctx: &TracePointContext) -> Option<()> {
-    let (skb_off, if_off) = (off(&QDEQ_OFF_SKB), off(&QDEQ_OFF_IFINDEX));
-    if skb_off == 0 || if_off == 0 {
+    let skb_off = off(&QDEQ_OFF_SKB);
+    if skb_off == 0 {
         return None;
     }
-    let ifindex: u32 = unsafe { ctx.read_at(if_off) }.ok()?;
-    QDISC_IFACES.get_ptr(&ifindex)?;
     let skb: u64 = unsafe { ctx.read_at(skb_off) }.ok()?;
     // An empty dequeue reports a null skb.
     if skb == 0 {
         return None;
     }
-    let enq = unsafe { *QDISC_INFLIGHT.get_ptr(&skb)? };
+    let rec = unsafe { *QDISC_INFLIGHT.get_ptr(&skb)? };
     let _ = QDISC_INFLIGHT.remove(&skb);
     let now = unsafe { bpf_ktime_get_ns() };
-    let ns = now.saturating_sub(enq);
+    let ns = now.saturating_sub(rec.enqueued_ns);
+    let ifindex = rec.ifindex;
     let h = match QDISC_SOJOURN.get_ptr_mut(&ifindex) {
         Some(h) => h,
         None => {

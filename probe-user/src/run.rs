@@ -212,6 +212,12 @@ async fn serve(
         }
         match netlink::qdiscs(handle).await {
             Ok(q) => {
+                let queued: std::collections::HashSet<u32> = q
+                    .iter()
+                    .filter(|q| q.parent == "root" && q.kind != "noqueue")
+                    .map(|q| q.ifindex)
+                    .collect();
+                tc.set_queued(&queued);
                 snap.qdiscs = q
                     .into_iter()
                     .filter_map(|q| {

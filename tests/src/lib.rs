@@ -11,14 +11,20 @@
 //!
 //! Addressing: each test owns a subnet 10.231.X.0/24 (and fd00:231:X::/64), X distinct per
 //! test, so that tests never see each other's peers in probe's host-wide socket metrics.
+pub mod bpflinks;
 pub mod cmd;
+pub mod histogram;
 pub mod http;
 pub mod iperf;
 pub mod kernel;
+pub mod link;
 pub mod metrics;
 pub mod netns;
+pub mod nft;
 pub mod probe;
 pub mod process;
+pub mod timeline;
+pub mod traffic;
 
 pub use kernel::{Hook, Traffic};
 pub use metrics::Metrics;

@@ -86,15 +86,8 @@ impl Loaded {
             drop_reasons = f.symbols("reason");
             Ok(vec![(globals::DROP_OFF_REASON, f.offset("reason")?)])
         });
-        let qdisc = event("qdisc", "qdisc_enqueue").and_then(|enq| {
-            let deq = event("qdisc", "qdisc_dequeue")?;
-            Ok(vec![
-                (globals::QENQ_OFF_SKB, enq.offset("skbaddr")?),
-                (globals::QENQ_OFF_IFINDEX, enq.offset("ifindex")?),
-                (globals::QDEQ_OFF_SKB, deq.offset("skbaddr")?),
-                (globals::QDEQ_OFF_IFINDEX, deq.offset("ifindex")?),
-            ])
-        });
+        let qdisc = event("qdisc", "qdisc_dequeue")
+            .and_then(|deq| Ok(vec![(globals::QDEQ_OFF_SKB, deq.offset("skbaddr")?)]));
 
         let gap_ns = u64::try_from(cfg.burst_gap.as_nanos()).unwrap_or(u64::MAX);
         let mut loader = EbpfLoader::new();
@@ -148,12 +141,11 @@ impl Loaded {
             Err(e) => tracing::warn!("drops by reason are off: tracepoint skb:kfree_skb: {e:#}"),
         }
         match qdisc.and_then(|_| {
-            attach_tracepoint(&mut ebpf, names::QDISC_ENQUEUE, "qdisc", "qdisc_enqueue")?;
             attach_tracepoint(&mut ebpf, names::QDISC_DEQUEUE, "qdisc", "qdisc_dequeue")
         }) {
             Ok(()) => hooks.qdisc = true,
             Err(e) => tracing::warn!(
-                "qdisc sojourn time is off (backlog from netlink still works): qdisc tracepoints: {e:#}"
+                "qdisc sojourn time is off (backlog from netlink still works): tracepoint qdisc:qdisc_dequeue: {e:#}"
             ),
         }
 

@@ -142,9 +142,6 @@ impl TcAttacher {
                 return Err(e);
             }
         };
-        if let Err(e) = self.qdisc_ifaces.insert(iface.index, 1, 0) {
-            tracing::warn!("qdisc sojourn time for {} is off: {e}", iface.name);
-        }
         tracing::info!("attached to {} (ifindex {})", iface.name, iface.index);
         self.attached.insert(
             iface.index,
@@ -231,6 +228,24 @@ impl TcAttacher {
             let _ = std::fs::remove_file(marker(&a.iface));
         }
         tracing::info!("detached from {}", a.iface.name);
+    }
+
+    /// Sets which attached interfaces have a root qdisc that queues (not `noqueue`): only
+    /// their egress packets are timed for sojourn, so a plain veth costs nothing extra.
+    pub fn set_queued(&mut self, queued: &std::collections::HashSet<u32>) {
+        let current: Vec<u32> = self.qdisc_ifaces.keys().filter_map(Result::ok).collect();
+        for i in &current {
+            if !queued.contains(i) {
+                let _ = self.qdisc_ifaces.remove(i);
+            }
+        }
+        for i in queued {
+            if self.attached.contains_key(i) && !current.contains(i) {
+                if let Err(e) = self.qdisc_ifaces.insert(*i, 1, 0) {
+                    tracing::warn!("qdisc sojourn time for ifindex {i} is off: {e}");
+                }
+            }
+        }
     }
 
     pub fn detach_all(&mut self, ebpf: &mut Ebpf) {

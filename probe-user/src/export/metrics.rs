@@ -175,7 +175,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     )?;
     for p in &s.peers {
         m.encode_family(&[("peer", p.peer.as_str())])?
-            .encode_histogram::<NoLabelSet>(p.rtt.sum, p.rtt.count, &p.rtt.buckets, None)?;
+            .encode_histogram::<NoLabelSet>(p.rtt.sum, p.rtt.count, &per_bucket(&p.rtt), None)?;
     }
     counter(
         enc,
@@ -243,6 +243,23 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     Ok(())
 }
 
+/// prometheus-client takes per-bucket counts and accumulates them itself; the snapshot
+/// keeps cumulative counts (as the JSON API documents). The last log2 bucket also holds
+/// everything above its bound, so it is exported as +Inf.
+fn per_bucket(h: &crate::snapshot::Histogram) -> Vec<(f64, u64)> {
+    let mut prev = 0;
+    let n = h.buckets.len();
+    h.buckets
+        .iter()
+        .enumerate()
+        .map(|(i, (bound, cumulative))| {
+            let count = cumulative.saturating_sub(prev);
+            prev = *cumulative;
+            (if i + 1 == n { f64::INFINITY } else { *bound }, count)
+        })
+        .collect()
+}
+
 fn histogram_family<'a>(
     enc: &mut DescriptorEncoder,
     name: &str,
@@ -252,8 +269,12 @@ fn histogram_family<'a>(
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
     for (labels, h) in series {
         let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        m.encode_family(&labels)?
-            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
+        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+            h.sum,
+            h.count,
+            &per_bucket(h),
+            None,
+        )?;
     }
     Ok(())
 }
@@ -432,7 +453,7 @@ mod tests {
             peers: vec![PeerSeries {
                 peer: "10.0.0.2".into(),
                 srtt_seconds: Some(0.002),
-                rtt: Histogram::from_log2(&[0, 3, 0], 10, 1e-6),
+                rtt: Histogram::from_log2(&[2, 3, 0, 1], 10, 1e-6),
                 retransmits: 7,
                 ..PeerSeries::default()
             }],
@@ -450,10 +471,22 @@ mod tests {
             text.contains("probe_tcp_srtt_seconds{peer=\"10.0.0.2\"} 0.002"),
             "{text}"
         );
+        // Cumulative buckets, each sample counted once; the last bucket is +Inf == _count.
+        let bucket = |le: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("probe_tcp_rtt_seconds_bucket")
+                        && l.contains(&format!("le=\"{le}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(bucket("0.000002").as_deref(), Some("2"), "{text}");
+        assert_eq!(bucket("0.000004").as_deref(), Some("5"), "{text}");
+        assert_eq!(bucket("0.000008").as_deref(), Some("5"), "{text}");
+        assert_eq!(bucket("+Inf").as_deref(), Some("6"), "{text}");
         assert!(
-            text.contains("probe_tcp_rtt_seconds_bucket{le=\"0.000004\",peer=\"10.0.0.2\"} 3")
-                || text
-                    .contains("probe_tcp_rtt_seconds_bucket{peer=\"10.0.0.2\",le=\"0.000004\"} 3"),
+            text.contains("probe_tcp_rtt_seconds_count{peer=\"10.0.0.2\"} 6"),
             "{text}"
         );
         assert!(text.contains("probe_build_info{version="), "{text}");
