@@ -3,6 +3,11 @@
 //! toolchain with rust-src and bpf-linker: `cargo xtask setup` installs both.
 use anyhow::{anyhow, Context as _};
 
+/// The nightly that builds the eBPF object. Its LLVM (22) must match the one bpf-linker is
+/// built against: newer nightlies emit bitcode bpf-linker 0.13 cannot read ("Invalid
+/// record"). `cargo xtask setup` reads this name and installs that toolchain.
+const EBPF_TOOLCHAIN: &str = "nightly-2026-05-20";
+
 fn main() -> anyhow::Result<()> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -18,7 +23,7 @@ fn main() -> anyhow::Result<()> {
             root_dir: &root,
             ..Default::default()
         }],
-        aya_build::Toolchain::default(),
+        aya_build::Toolchain::Custom(EBPF_TOOLCHAIN),
     )
-    .context("building the eBPF programs failed (run `cargo xtask setup` to install the nightly toolchain with rust-src and bpf-linker)")
+    .with_context(|| format!("building the eBPF programs failed (run `cargo xtask setup` to install {EBPF_TOOLCHAIN} with rust-src and bpf-linker)"))
 }

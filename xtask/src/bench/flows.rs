@@ -1,0 +1,344 @@
+//! The daemon under 10,000 concurrent, active TCP flows at a 1 s tick: its CPU and memory,
+//! the kernel cost of every program per run and per packet (with an empty TC program beside
+//! them as the floor), and the time of a /metrics scrape.
+use super::nop::{NopTc, RunStats};
+use super::{bpf_counters, bpf_deltas, Programs};
+use anyhow::{bail, Context, Result};
+use probe_tests::process::{parse_status_kib, proc_usage, Child};
+use probe_tests::{http, kernel, probe_iface_traffic, Metrics, Pair, Probe, ProbeOpts, Traffic};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Ports flowgen listens on in namespace B.
+const PORTS: &str = "5300-5303";
+/// The first host number of the extra addresses namespace B carries (one peer each).
+const FIRST_PEER_HOST: u8 = 100;
+/// Time after the last connection is established and before the measurement window: probe
+/// has seen every flow for a few ticks by then.
+const WARMUP: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct FlowOpts {
+    pub conns: usize,
+    /// Addresses in namespace B the connections are spread over (each one a peer).
+    pub peers: u8,
+    pub window: Duration,
+    pub scrapes: usize,
+    pub idle: bool,
+}
+
+/// What the phase measured.
+#[derive(Debug, Default)]
+pub struct Flows {
+    pub conns: usize,
+    pub peers: u8,
+    pub idle: bool,
+    pub established: usize,
+    pub connect_seconds: f64,
+    /// The daemon's utime+stime over the window, and the window's length.
+    pub cpu_seconds: f64,
+    pub window_seconds: f64,
+    pub rss_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub flows_tracked: f64,
+    pub flow_evictions: f64,
+    /// probe_tcp_connections summed over the bench's own peers, of peer="other" (peers
+    /// folded because they moved no traffic or exceeded top_peers), and over all peers.
+    pub tcp_connections: f64,
+    pub tcp_connections_other: f64,
+    pub tcp_connections_all: f64,
+    /// program -> (run seconds, runs) over the window.
+    pub bpf: Programs,
+    /// What probe counted on the veth over the window (wire packets).
+    pub wire: Traffic,
+    /// The veth's own counters over the window.
+    pub veth: Traffic,
+    /// The empty TC programs on the peer veth over the window.
+    pub nop: Vec<(&'static str, RunStats)>,
+    pub nop_error: Option<String>,
+    /// Seconds of each timed scrape, and the size of the last one.
+    pub scrape_seconds: Vec<f64>,
+    pub series: usize,
+    pub scrape_bytes: usize,
+    /// flowgen's last lines.
+    pub flowgen_log: String,
+}
+
+/// Adds `n` addresses to namespace B's veth (10.231.X.100 onwards) and a permanent
+/// neighbour entry for each in namespace A: `n` peers for probe, without ARP.
+fn add_peer_addrs(pair: &Pair, n: u8) -> Result<String> {
+    let o = pair.ip_b.octets();
+    let last = FIRST_PEER_HOST as u16 + n as u16 - 1;
+    if n == 0 || last > 254 {
+        bail!("--flow-peers must be 1..={}", 255 - FIRST_PEER_HOST as u16);
+    }
+    let mac = pair
+        .mac_b
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let (mut addrs, mut neighs) = (String::new(), String::new());
+    for h in FIRST_PEER_HOST as u16..=last {
+        let ip = format!("{}.{}.{}.{h}", o[0], o[1], o[2]);
+        addrs.push_str(&format!("addr add {ip}/32 dev {}\n", pair.veth_b));
+        neighs.push_str(&format!(
+            "neigh replace {ip} lladdr {mac} dev {} nud permanent\n",
+            pair.veth_a
+        ));
+    }
+    for (ns, batch) in [(&pair.b, addrs), (&pair.a, neighs)] {
+        let file = std::env::temp_dir().join(format!(
+            "probe-bench-{}-{}.ip",
+            std::process::id(),
+            ns.name()
+        ));
+        std::fs::write(&file, batch)?;
+        let r = ns.run(&["ip", "-batch", &file.to_string_lossy()]);
+        let _ = std::fs::remove_file(&file);
+        r?;
+    }
+    Ok(format!(
+        "{}.{}.{}.{FIRST_PEER_HOST}-{last}",
+        o[0], o[1], o[2]
+    ))
+}
+
+/// Waits (bounded) until `child` prints a stdout line starting with `prefix`; returns it.
+fn wait_line(child: &mut Child, prefix: &str, timeout: Duration) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(l) = child.stdout().lines().find(|l| l.starts_with(prefix)) {
+            return Ok(l.to_owned());
+        }
+        if let Some(st) = child.try_wait() {
+            bail!(
+                "{} exited ({st}) before printing {prefix:?}: {}{}",
+                child.name(),
+                child.stdout(),
+                child.stderr()
+            );
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{} printed no {prefix:?} line within {timeout:?}",
+                child.name()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `established K/N in T s (F failed)` -> (K, T).
+fn parse_established(line: &str) -> Option<(usize, f64)> {
+    let mut f = line.split_whitespace();
+    let k = f.nth(1)?.split('/').next()?.parse().ok()?;
+    let t = f.nth(1)?.parse().ok()?;
+    Some((k, t))
+}
+
+fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(parse_status_kib(&status, "VmRSS")? * 1024)
+}
+
+fn nop_stats(nop: &Option<NopTc>) -> Vec<(&'static str, RunStats)> {
+    nop.as_ref()
+        .and_then(|n| n.stats().map_err(|e| eprintln!("bench: {e:#}")).ok())
+        .unwrap_or_default()
+}
+
+/// Times `n` scrapes of /metrics from inside probe's namespace, spread over different
+/// phases of the tick; returns the durations and the last body.
+fn timed_scrapes(pair: &Pair, probe: &Probe, n: usize) -> Result<(Vec<f64>, String)> {
+    let addr = probe.addr();
+    pair.a.enter(move || -> Result<(Vec<f64>, String)> {
+        let mut times = Vec::with_capacity(n);
+        let mut body = String::new();
+        for i in 0..n {
+            let t = Instant::now();
+            let r = http::get(addr, "/metrics", Duration::from_secs(10))?;
+            times.push(t.elapsed().as_secs_f64());
+            if r.status != 200 {
+                bail!("/metrics answered {}", r.status);
+            }
+            body = r.body;
+            // 200..=490 ms apart: the scrapes land at many phases of the 1 s tick.
+            std::thread::sleep(Duration::from_millis(200 + (i as u64 * 137) % 290));
+        }
+        Ok((times, body))
+    })?
+}
+
+pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows> {
+    let to = add_peer_addrs(pair, o.peers)?;
+    let flowgen = flowgen.to_string_lossy().into_owned();
+    // Everything after the connections are up, with room to spare; the bench stops flowgen
+    // itself when it is done.
+    let hold = WARMUP.as_secs() + o.window.as_secs() + o.scrapes as u64 + 30;
+    let mut server = Child::spawn(
+        "flowgen serve",
+        &mut pair.b.command(&[
+            &flowgen,
+            "serve",
+            "--ports",
+            PORTS,
+            "--seconds",
+            &(hold + 120).to_string(),
+            "--max-conns",
+            &o.conns.to_string(),
+        ]),
+    )?;
+    wait_line(&mut server, "listening", Duration::from_secs(10))?;
+
+    let mut probe = Probe::try_start(&pair.a, ProbeOpts::iface(&pair.veth_a).bin(bin).tick("1s"))?;
+    let pid = probe.pid();
+    // The floor, on the other end of the same veth: the same packets, in the other direction.
+    let (nop, nop_error) = match NopTc::attach(&pair.b, &pair.veth_b) {
+        Ok(n) => (Some(n), None),
+        Err(e) => {
+            eprintln!("bench: no empty-program baseline: {e:#}");
+            (None, Some(format!("{e:#}")))
+        }
+    };
+
+    let conns = o.conns.to_string();
+    let hold_s = hold.to_string();
+    let mut argv = vec![
+        flowgen.as_str(),
+        "connect",
+        "--to",
+        &to,
+        "--ports",
+        PORTS,
+        "--conns",
+        &conns,
+        "--seconds",
+        &hold_s,
+    ];
+    if o.idle {
+        argv.push("--idle");
+    }
+    let mut client = Child::spawn("flowgen connect", &mut pair.a.command(&argv))?;
+    let line = wait_line(&mut client, "established", Duration::from_secs(60))?;
+    eprintln!("bench: flowgen {line}");
+    let (established, connect_seconds) =
+        parse_established(&line).with_context(|| format!("flowgen said {line:?}"))?;
+
+    std::thread::sleep(WARMUP);
+    let s0 = probe.try_metrics()?;
+    let n0 = nop_stats(&nop);
+    let k0 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
+    // The CPU window holds no scrape: only the daemon's own work with the flows.
+    let u0 = proc_usage(pid)?;
+    let t0 = Instant::now();
+    eprintln!(
+        "bench: measuring the daemon for {} s with {established} flows",
+        o.window.as_secs()
+    );
+    std::thread::sleep(o.window);
+    let u1 = proc_usage(pid)?;
+    let window_seconds = t0.elapsed().as_secs_f64();
+    let rss = rss_bytes(pid)?;
+    let k1 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
+    let n1 = nop_stats(&nop);
+    let s1 = probe.try_metrics()?;
+
+    eprintln!("bench: timing {} scrapes", o.scrapes);
+    let (scrape_seconds, body) = timed_scrapes(pair, &probe, o.scrapes)?;
+    let last = Metrics::parse(&body)?;
+    if let Some(st) = client.try_wait() {
+        bail!(
+            "flowgen connect ended early ({st}): {}{}",
+            client.stdout(),
+            client.stderr()
+        );
+    }
+    let peak = proc_usage(pid)?.peak_rss_bytes;
+    client.terminate(Duration::from_secs(5));
+    let flowgen_log = client
+        .stdout()
+        .lines()
+        .rev()
+        .take(2)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    drop(nop);
+    let st = probe.terminate(Duration::from_secs(10));
+    if !st.is_some_and(|s| s.success()) {
+        bail!(
+            "probe did not exit 0 on SIGTERM ({st:?}):\n{}",
+            probe.log_tail(20)
+        );
+    }
+    drop(server);
+
+    let prefix = {
+        let o = pair.ip_a.octets();
+        format!("{}.{}.{}.", o[0], o[1], o[2])
+    };
+    let tcp_ours: f64 = s1
+        .select("probe_tcp_connections", &[])
+        .filter(|s| s.labels.get("peer").is_some_and(|p| p.starts_with(&prefix)))
+        .map(|s| s.value)
+        .sum();
+    let nop = n1
+        .iter()
+        .map(|(name, b)| {
+            let a = n0
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, a)| *a)
+                .unwrap_or_default();
+            (
+                *name,
+                RunStats {
+                    run_ns: b.run_ns - a.run_ns,
+                    runs: b.runs - a.runs,
+                },
+            )
+        })
+        .collect();
+    Ok(Flows {
+        conns: o.conns,
+        peers: o.peers,
+        idle: o.idle,
+        established,
+        connect_seconds,
+        cpu_seconds: u1.cpu_seconds - u0.cpu_seconds,
+        window_seconds,
+        rss_bytes: rss,
+        peak_rss_bytes: peak,
+        flows_tracked: s1.sum("probe_flows_tracked", &[]),
+        flow_evictions: s1.sum("probe_flow_evictions_total", &[]),
+        tcp_connections: tcp_ours,
+        tcp_connections_other: s1.sum("probe_tcp_connections", &[("peer", "other")]),
+        tcp_connections_all: s1.sum("probe_tcp_connections", &[]),
+        bpf: bpf_deltas(&bpf_counters(&s0), &bpf_counters(&s1)),
+        wire: probe_iface_traffic(&s1, &pair.veth_a) - probe_iface_traffic(&s0, &pair.veth_a),
+        veth: k1 - k0,
+        nop,
+        nop_error,
+        scrape_seconds,
+        series: last.samples.len(),
+        scrape_bytes: body.len(),
+        flowgen_log,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flowgen_lines() {
+        assert_eq!(
+            parse_established("established 9998/10000 in 0.42 s (2 failed)"),
+            Some((9998, 0.42))
+        );
+        assert_eq!(parse_established("listening on 4 ports"), None);
+    }
+}

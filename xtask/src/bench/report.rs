@@ -1,0 +1,572 @@
+//! The bench's report: one Markdown document, every measured number next to the design's bar
+//! with PASS/FAIL, then the details behind them.
+use super::flows::Flows;
+use super::throughput::Throughput;
+use super::Programs;
+use probe_tests::median;
+use std::fmt::Write as _;
+
+/// Throughput with probe over without.
+pub const BAR_RATIO: f64 = 0.97;
+/// Kernel cost of TC flow accounting, ns per packet.
+pub const BAR_TC_NS: f64 = 100.0;
+/// Daemon CPU, percent of one core, with 10,000 active flows at a 1 s tick.
+pub const BAR_CPU_PERCENT: f64 = 1.0;
+/// Daemon RSS, MiB.
+pub const BAR_RSS_MIB: f64 = 64.0;
+/// One scrape of 10,000 series, ms.
+pub const BAR_SCRAPE_MS: f64 = 50.0;
+pub const BAR_SCRAPE_SERIES: usize = 10_000;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Where and when the bench ran.
+#[derive(Debug, Default)]
+pub struct Machine {
+    pub date: String,
+    pub kernel: String,
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub revision: String,
+    pub load_before: String,
+}
+
+impl Machine {
+    pub fn now() -> Machine {
+        let sh = |argv: &[&str]| {
+            probe_tests::cmd::run(&mut probe_tests::cmd::command(argv))
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let root = crate::build::root().to_string_lossy().into_owned();
+        let mut revision = sh(&["git", "-C", &root, "rev-parse", "--short", "HEAD"]);
+        if !sh(&["git", "-C", &root, "status", "--porcelain"]).is_empty() {
+            revision.push_str(" + uncommitted changes");
+        }
+        Machine {
+            date: sh(&["date", "-u", "+%Y-%m-%d %H:%M UTC"]),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+                .unwrap_or_default(),
+            revision,
+            load_before: loadavg(),
+        }
+    }
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub machine: Machine,
+    pub throughput: Option<Throughput>,
+    pub flows: Option<Flows>,
+    pub load_after: String,
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+/// `12345` -> `12,345`.
+fn thousands(n: f64) -> String {
+    let s = format!("{:.0}", n.abs());
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0.0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// The direction of traffic a TC program sees: Some(true) egress, Some(false) ingress.
+fn tc_direction(program: &str) -> Option<bool> {
+    if !program.starts_with("tc_") && !program.starts_with("nop_") {
+        None
+    } else if program.contains("egress") {
+        Some(true)
+    } else if program.contains("ingress") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn ns_per(seconds: f64, n: f64) -> Option<f64> {
+    (n > 0.0).then(|| seconds * 1e9 / n)
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+/// One row of the summary.
+struct Check {
+    what: String,
+    value: String,
+    bar: String,
+    verdict: &'static str,
+}
+
+fn checks(r: &Report) -> Vec<Check> {
+    let mut out = Vec::new();
+    if let Some(t) = &r.throughput {
+        let (mw, mp) = (median(&t.without), median(&t.with));
+        if let (Some(mw), Some(mp)) = (mw, mp) {
+            let ratio = mp / mw;
+            out.push(Check {
+                what: format!(
+                    "iperf3 throughput with probe / without (medians of {} alternating rounds of {} s)",
+                    t.without.len(),
+                    t.seconds
+                ),
+                value: format!("{ratio:.3} ({:.2} / {:.2} Gbit/s)", mp / 1e9, mw / 1e9),
+                bar: format!(">= {BAR_RATIO}"),
+                verdict: verdict(ratio >= BAR_RATIO),
+            });
+        }
+    }
+    if let Some(f) = &r.flows {
+        for (prog, (secs, runs)) in &f.bpf {
+            let Some(egress) = tc_direction(prog) else {
+                continue;
+            };
+            let Some(per_run) = ns_per(*secs, *runs) else {
+                continue;
+            };
+            let wire = if egress {
+                f.wire.tx_packets
+            } else {
+                f.wire.rx_packets
+            };
+            out.push(Check {
+                what: format!(
+                    "`{prog}` ns per packet, {} active flows (run time / runs; {:.2} wire packets per run)",
+                    thousands(f.established as f64),
+                    wire / runs
+                ),
+                value: format!("{per_run:.1}"),
+                bar: format!("<= {BAR_TC_NS:.0}"),
+                verdict: verdict(per_run <= BAR_TC_NS),
+            });
+        }
+    }
+    if let Some(t) = &r.throughput {
+        let (rx, tx) = t.wire_packets();
+        for (prog, (secs, runs)) in &t.programs() {
+            let Some(egress) = tc_direction(prog).filter(|_| *runs > 0.0) else {
+                continue;
+            };
+            let wire = if egress { tx } else { rx };
+            let Some(per_packet) = ns_per(*secs, wire) else {
+                continue;
+            };
+            out.push(Check {
+                what: format!(
+                    "`{prog}` ns per wire packet under iperf3 ({:.1} wire packets per run: GSO)",
+                    wire / runs
+                ),
+                value: format!("{per_packet:.1}"),
+                bar: format!("<= {BAR_TC_NS:.0}"),
+                verdict: verdict(per_packet <= BAR_TC_NS),
+            });
+        }
+    }
+    if let Some(f) = &r.flows {
+        let flows = format!(
+            "{} {} flows, 1 s tick",
+            thousands(f.established as f64),
+            if f.idle { "idle" } else { "active" }
+        );
+        let cpu = 100.0 * f.cpu_seconds / f.window_seconds;
+        out.push(Check {
+            what: format!(
+                "daemon CPU, {flows} (utime+stime over {:.0} s)",
+                f.window_seconds
+            ),
+            value: format!("{cpu:.2}% of one core"),
+            bar: format!("<= {BAR_CPU_PERCENT}%"),
+            verdict: verdict(cpu <= BAR_CPU_PERCENT),
+        });
+        let rss = f.peak_rss_bytes as f64 / MIB;
+        out.push(Check {
+            what: format!("daemon peak RSS (VmHWM), {flows}"),
+            value: format!("{rss:.1} MiB"),
+            bar: format!("<= {BAR_RSS_MIB:.0} MiB"),
+            verdict: verdict(rss <= BAR_RSS_MIB),
+        });
+        if let (Some(med), Some(max)) = (
+            median(&f.scrape_seconds),
+            f.scrape_seconds.iter().copied().reduce(f64::max),
+        ) {
+            let (med, max) = (med * 1e3, max * 1e3);
+            out.push(Check {
+                what: format!(
+                    "/metrics scrape, {flows}: median (max) of {}, {} series",
+                    f.scrape_seconds.len(),
+                    thousands(f.series as f64)
+                ),
+                value: format!("{med:.1} ms ({max:.1} ms)"),
+                bar: format!(
+                    "< {BAR_SCRAPE_MS:.0} ms for {} series",
+                    thousands(BAR_SCRAPE_SERIES as f64)
+                ),
+                verdict: if f.series < BAR_SCRAPE_SERIES {
+                    "n/a (fewer series)"
+                } else {
+                    verdict(med < BAR_SCRAPE_MS)
+                },
+            });
+        }
+    }
+    out
+}
+
+/// The results as a Markdown document (also readable as plain text).
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let m = &r.machine;
+    let _ = writeln!(s, "## probe bench\n");
+    let _ = writeln!(
+        s,
+        "{}; probe {} (release); kernel {}; {} CPUs ({}); load average {} before, {} after.\n",
+        m.date, m.revision, m.kernel, m.cpus, m.cpu_model, m.load_before, r.load_after
+    );
+    let _ = writeln!(s, "| measure | value | bar | verdict |\n|---|---:|---|---|");
+    for c in checks(r) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            c.what, c.value, c.bar, c.verdict
+        );
+    }
+    if let Some(t) = &r.throughput {
+        render_throughput(&mut s, t);
+    }
+    if let Some(f) = &r.flows {
+        render_flows(&mut s, f);
+    }
+    render_programs(&mut s, r);
+    let _ = writeln!(
+        s,
+        "\nRun times are the kernel's BPF run-time statistics (kernel.bpf_stats_enabled, which \
+         probe turns on while it runs): they include the statistics' own clock reads. The empty \
+         TC programs (`nop_*`, loaded by the bench on the other end of the veth) show what they \
+         report for a program that does nothing. A TC run handles one skb, which may be a GSO \
+         packet of several wire packets; \"per wire packet\" divides the run time by the \
+         packets probe counted (GSO packets as their segments). sock_ops and the tracepoints \
+         are host-wide: their runs include every socket and packet on the machine, not only \
+         the bench's."
+    );
+    s
+}
+
+fn render_throughput(s: &mut String, t: &Throughput) {
+    let _ = writeln!(
+        s,
+        "\n### Throughput\n\n{} rounds of {} s iperf3 TCP over a veth, offloads {}, alternately \
+         without and with probe attached (even rounds start without).\n",
+        t.without.len(),
+        t.seconds,
+        if t.no_offloads { "off" } else { "on" }
+    );
+    let _ = writeln!(
+        s,
+        "| round | without (Gbit/s) | with (Gbit/s) |\n|---:|---:|---:|"
+    );
+    for (i, (a, b)) in t.without.iter().zip(&t.with).enumerate() {
+        let _ = writeln!(s, "| {} | {:.3} | {:.3} |", i + 1, a / 1e9, b / 1e9);
+    }
+    let cpu: f64 = t.rounds.iter().map(|r| r.cpu_seconds).sum();
+    let wall: f64 = t.rounds.iter().map(|r| r.wall_seconds).sum();
+    let rss = t.rounds.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0);
+    let (rx, tx) = t.wire_packets();
+    let _ = writeln!(
+        s,
+        "\nDuring the with-probe runs: daemon CPU {:.2}% of one core ({cpu:.2} s over {wall:.1} s, \
+         start-up included), peak RSS {:.1} MiB; the veth carried {} skbs, {} wire packets.",
+        100.0 * cpu / wall,
+        rss as f64 / MIB,
+        thousands(t.veth_skbs()),
+        thousands(rx + tx)
+    );
+}
+
+fn render_flows(s: &mut String, f: &Flows) {
+    let _ = writeln!(
+        s,
+        "\n### Daemon with {} {} flows\n",
+        thousands(f.conns as f64),
+        if f.idle { "idle" } else { "active" }
+    );
+    let _ = writeln!(s, "| measure | value |\n|---|---:|");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(s, "| {k} | {v} |");
+    };
+    row(
+        "connections established by flowgen",
+        format!(
+            "{} of {} in {:.2} s, to {} peer addresses x 4 ports",
+            thousands(f.established as f64),
+            thousands(f.conns as f64),
+            f.connect_seconds,
+            f.peers
+        ),
+    );
+    row(
+        "`probe_flows_tracked` (expected: 2 per connection, egress and ingress)",
+        thousands(f.flows_tracked),
+    );
+    row("`probe_flow_evictions_total`", thousands(f.flow_evictions));
+    row(
+        "`probe_tcp_connections`, the bench's peers (expected: 2 per connection, both ends are on this host)",
+        thousands(f.tcp_connections),
+    );
+    row(
+        "`probe_tcp_connections`, all peers (host-wide; of them `peer=\"other\"`)",
+        format!(
+            "{} ({})",
+            thousands(f.tcp_connections_all),
+            thousands(f.tcp_connections_other)
+        ),
+    );
+    row(
+        "daemon CPU over the window (utime+stime)",
+        format!(
+            "{:.2} s in {:.1} s = {:.2}% of one core",
+            f.cpu_seconds,
+            f.window_seconds,
+            100.0 * f.cpu_seconds / f.window_seconds
+        ),
+    );
+    row(
+        "daemon RSS at the end of the window (VmRSS) / peak (VmHWM)",
+        format!(
+            "{:.1} / {:.1} MiB",
+            f.rss_bytes as f64 / MIB,
+            f.peak_rss_bytes as f64 / MIB
+        ),
+    );
+    row(
+        "veth packets over the window, rx / tx (probe's count; the veth's own)",
+        format!(
+            "{} / {} ({} / {})",
+            thousands(f.wire.rx_packets),
+            thousands(f.wire.tx_packets),
+            thousands(f.veth.rx_packets),
+            thousands(f.veth.tx_packets)
+        ),
+    );
+    let wire = f.wire.rx_packets + f.wire.tx_packets;
+    let all: f64 = f.bpf.values().map(|(t, _)| t).sum();
+    row(
+        "all probe programs together (TC, sock_ops, tracepoints), ns per wire packet on the veth",
+        format!(
+            "{} (both ends of every connection are on this host: sock_ops and the \
+             tracepoints run for the client's and the server's socket)",
+            fmt_opt(ns_per(all, wire), 1)
+        ),
+    );
+    for (prog, (secs, runs)) in &f.bpf {
+        let Some(egress) = tc_direction(prog) else {
+            continue;
+        };
+        // The empty program that saw the same packets: the peer's hook of the other direction.
+        let floor = f
+            .nop
+            .iter()
+            .find(|(n, _)| tc_direction(n) == Some(!egress))
+            .and_then(|(_, st)| ns_per(st.run_ns as f64 * 1e-9, st.runs as f64));
+        if let (Some(per_run), Some(floor)) = (ns_per(*secs, *runs), floor) {
+            row(
+                &format!("`{prog}` ns per run, and above the empty program's {floor:.1} ns on the same packets"),
+                format!("{per_run:.1} ({:.1} above)", per_run - floor),
+            );
+        }
+    }
+    let mut sorted = f.scrape_seconds.clone();
+    sorted.sort_by(f64::total_cmp);
+    row(
+        "/metrics scrapes: min / median / max",
+        format!(
+            "{:.1} / {:.1} / {:.1} ms ({} scrapes)",
+            sorted.first().copied().unwrap_or(f64::NAN) * 1e3,
+            median(&sorted).unwrap_or(f64::NAN) * 1e3,
+            sorted.last().copied().unwrap_or(f64::NAN) * 1e3,
+            sorted.len()
+        ),
+    );
+    row(
+        "last scrape: series / bytes",
+        format!(
+            "{} / {}",
+            thousands(f.series as f64),
+            thousands(f.scrape_bytes as f64)
+        ),
+    );
+    if let Some(e) = &f.nop_error {
+        row("empty TC program (floor)", format!("not measured: {e}"));
+    }
+    if !f.flowgen_log.is_empty() {
+        row("flowgen", f.flowgen_log.replace('\n', "; "));
+    }
+}
+
+/// Every program of both phases: runs, ns per run, wire packets, ns per wire packet.
+fn render_programs(s: &mut String, r: &Report) {
+    let _ = writeln!(
+        s,
+        "\n### Kernel cost per program\n\n\
+         | program | phase | runs | ns per run | wire packets | ns per wire packet |\n\
+         |---|---|---:|---:|---:|---:|"
+    );
+    let mut rows = |phase: &str, progs: &Programs, rx: f64, tx: f64| {
+        for (prog, (secs, runs)) in progs {
+            // A program that never ran (e.g. the raw-IP variant on an Ethernet device) saw no
+            // packets.
+            let wire = tc_direction(prog)
+                .filter(|_| *runs > 0.0)
+                .map(|e| if e { tx } else { rx });
+            let _ = writeln!(
+                s,
+                "| `{prog}` | {phase} | {} | {} | {} | {} |",
+                thousands(*runs),
+                fmt_opt(ns_per(*secs, *runs), 1),
+                wire.map_or_else(|| "-".to_owned(), thousands),
+                fmt_opt(wire.and_then(|w| ns_per(*secs, w)), 1),
+            );
+        }
+    };
+    if let Some(t) = &r.throughput {
+        let (rx, tx) = t.wire_packets();
+        rows("iperf3", &t.programs(), rx, tx);
+    }
+    if let Some(f) = &r.flows {
+        let phase = format!("{} flows", thousands(f.established as f64));
+        rows(&phase, &f.bpf, f.wire.rx_packets, f.wire.tx_packets);
+        // The empty programs sit on the other end of the veth: their ingress is A's egress.
+        let nop: Programs = f
+            .nop
+            .iter()
+            .map(|(n, st)| {
+                (
+                    format!("{n} (peer veth)"),
+                    (st.run_ns as f64 * 1e-9, st.runs as f64),
+                )
+            })
+            .collect();
+        // Swap the directions: the peer's ingress carries A's transmitted packets.
+        rows(&phase, &nop, f.wire.tx_packets, f.wire.rx_packets);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::throughput::ProbeRound;
+    use super::*;
+
+    #[test]
+    fn formats_thousands() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(20_001.4), "20,001");
+        assert_eq!(thousands(-1_234_567.0), "-1,234,567");
+    }
+
+    #[test]
+    fn renders_bars_and_verdicts() {
+        let mut round = ProbeRound {
+            cpu_seconds: 0.1,
+            wall_seconds: 10.0,
+            peak_rss_bytes: 20 << 20,
+            ..Default::default()
+        };
+        round.bpf.insert("tc_egress_eth".into(), (0.5, 1e7));
+        round.bpf.insert("tc_egress_rawip".into(), (0.0, 0.0));
+        round.wire.tx_packets = 2e7;
+        let mut flows = Flows {
+            conns: 10_000,
+            peers: 64,
+            established: 10_000,
+            cpu_seconds: 0.3,
+            window_seconds: 20.0,
+            peak_rss_bytes: 80 << 20,
+            scrape_seconds: vec![0.010, 0.030, 0.020],
+            series: 12_000,
+            ..Default::default()
+        };
+        flows.bpf.insert("tc_ingress_eth".into(), (0.0012, 1e4));
+        flows.bpf.insert("sockops_tcp".into(), (0.001, 1e4));
+        flows.wire.rx_packets = 1e4;
+        flows.nop.push((
+            "nop_ingress",
+            super::super::nop::RunStats {
+                run_ns: 300_000,
+                runs: 10_000,
+            },
+        ));
+        let r = Report {
+            throughput: Some(Throughput {
+                seconds: 1,
+                without: vec![10e9, 12e9],
+                with: vec![9.9e9, 11.8e9],
+                rounds: vec![round],
+                ..Default::default()
+            }),
+            flows: Some(flows),
+            ..Default::default()
+        };
+        let md = render(&r);
+        assert!(
+            md.contains("| 0.986 (10.85 / 11.00 Gbit/s) | >= 0.97 | PASS |"),
+            "{md}"
+        );
+        assert!(md.contains("`tc_ingress_eth` ns per packet, 10,000 active flows (run time / runs; 1.00 wire packets per run) | 120.0 | <= 100 | FAIL |"), "{md}");
+        assert!(md.contains("`tc_egress_eth` ns per wire packet under iperf3 (2.0 wire packets per run: GSO) | 25.0 | <= 100 | PASS |"), "{md}");
+        assert!(md.contains("| 1.50% of one core | <= 1% | FAIL |"), "{md}");
+        assert!(md.contains("| 80.0 MiB | <= 64 MiB | FAIL |"), "{md}");
+        assert!(
+            md.contains("| 20.0 ms (30.0 ms) | < 50 ms for 10,000 series | PASS |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `sockops_tcp` | 10,000 flows | 10,000 | 100.0 | - | - |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `tc_egress_rawip` | iperf3 | 0 | - | - | - |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `nop_ingress (peer veth)` | 10,000 flows | 10,000 | 30.0 | 0 | - |"),
+            "{md}"
+        );
+        assert!(md.contains("| 2 | 12.000 | 11.800 |"), "{md}");
+    }
+}

@@ -1,0 +1,851 @@
+//! `cargo xtask lab`: a distributed-training traffic lab in network namespaces, with
+//! seeded congestion episodes and a ground-truth log of them (docs/lab.md).
+//!
+//! N ranks, each a network namespace on a Linux bridge (itself in a switch namespace), run
+//! the `traingen` generator (xtask/src/bin/traingen.rs). While they train, the lab switches
+//! congestion episodes on and off on a seeded schedule and writes what it did, and when, to
+//! `ground_truth.jsonl`. At the end it reports the iteration times in calm periods against
+//! those during episodes. Every namespace (and with it every veth, bridge, qdisc and nft
+//! table) is removed on every exit path: errors, panics, Ctrl-C, SIGTERM.
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+mod cmd;
+mod episodes;
+mod observe;
+mod record;
+mod schedule;
+mod summary;
+mod topo;
+
+use episodes::{unix_now, Active, Truth};
+use schedule::{Episode, Kind, Plan};
+use topo::{rank_addr, Lab, ProcId};
+
+/// Port every traingen rank listens on.
+const TRAIN_PORT: u16 = 29500;
+/// Port of the iperf3 cross traffic (never the training port).
+const CROSS_PORT: u16 = 5201;
+/// How long after the planned end the ranks may take to finish their last iteration.
+const FINISH_GRACE: Duration = Duration::from_secs(20);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Data parallel: ring all-reduce.
+    Ring,
+    /// Model/pipeline parallel: activations forward, gradients back, between neighbours.
+    Pipeline,
+    /// Parameter server: rank 0 serves, the others push and pull.
+    Ps,
+}
+
+impl Pattern {
+    fn name(self) -> &'static str {
+        match self {
+            Pattern::Ring => "ring",
+            Pattern::Pipeline => "pipeline",
+            Pattern::Ps => "ps",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// Runs ranks of a synthetic training job in network namespaces, with seeded congestion
+/// episodes and a ground-truth log (needs root).
+#[derive(clap::Args, Debug)]
+pub struct LabArgs {
+    /// Number of ranks (one network namespace each).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
+    pub ranks: u16,
+    /// Communication pattern of the training job.
+    #[arg(long, value_enum, default_value_t = Pattern::Ring)]
+    pub pattern: Pattern,
+    /// Bytes per iteration (all-reduce buffer, activation, or push/pull): 4194304, 4MiB, 500KB.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    pub size: u64,
+    /// Compute gap of every iteration, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub period_ms: u64,
+    /// Seconds of training traffic.
+    #[arg(long, default_value_t = 30.0)]
+    pub duration: f64,
+    /// Seed of the episode schedule (same seed, same schedule).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Congestion episodes on or off.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub episodes: OnOff,
+    /// Episode kinds to draw from (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Kind::ALL)]
+    pub kinds: Vec<Kind>,
+    /// Base rate of every rank's link in Mbit/s, a tbf on its egress (0: no limit).
+    #[arg(long, default_value_t = 1000)]
+    pub link_mbit: u32,
+    /// TCP congestion control of the training and cross-traffic connections, set per socket
+    /// (empty: the namespace's default, which a new namespace inherits from the host).
+    #[arg(long, default_value = "cubic")]
+    pub congestion: String,
+    /// Interval of the `ss` RTT samples in milliseconds (0: none).
+    #[arg(long, default_value_t = 500)]
+    pub sample_ms: u64,
+    /// Where logs and the ground truth go (default: target/lab/<UTC timestamp>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Attach the probe to rank 0 and record its telemetry (`probe record`) into
+    /// DIR/recording.parquet; every other output goes to DIR too (instead of --out).
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    pub record: Option<PathBuf>,
+    /// The probe binary for --record (default: build it, in the profile of traingen).
+    #[arg(long, value_name = "FILE", requires = "record")]
+    pub probe: Option<PathBuf>,
+    /// Build traingen in release mode (default: the profile xtask itself was built with).
+    #[arg(long)]
+    pub release: bool,
+    /// Only remove namespaces left behind by a lab that was SIGKILLed, then exit.
+    #[arg(long)]
+    pub clean: bool,
+}
+
+/// Parses a byte count: a plain number, or with a suffix K/M/G (powers of 1000) or
+/// Ki/Mi/Gi (powers of 1024), optionally followed by B.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let unit = unit.trim();
+    let unit = unit
+        .strip_suffix('B')
+        .or_else(|| unit.strip_suffix('b'))
+        .unwrap_or(unit);
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" => 1,
+        "k" => 1_000,
+        "m" => 1_000_000,
+        "g" => 1_000_000_000,
+        "ki" => 1 << 10,
+        "mi" => 1 << 20,
+        "gi" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "bad size unit in {s:?} (use K, M, G, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("size {s:?} must be positive and fit in 64 bits"))
+}
+
+pub fn run(args: LabArgs) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the lab creates network namespaces and needs root: run it as root (sudo -E cargo xtask lab)");
+    }
+    if args.clean {
+        let n = topo::clean_stale()?;
+        println!("removed {n} stale lab namespace(s)");
+        return Ok(());
+    }
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0) {
+        bail!("--duration must be between 0 and 86400 seconds");
+    }
+    let episodes_on = args.episodes == OnOff::On;
+    let mut tools = vec!["ip", "tc", "ss"];
+    if episodes_on && args.kinds.contains(&Kind::Loss) {
+        tools.push("nft");
+    }
+    if episodes_on && args.kinds.contains(&Kind::Cross) {
+        tools.push("iperf3");
+    }
+    if args.record.is_some() {
+        tools.push("nsenter");
+    }
+    for t in tools {
+        if !on_path(t) {
+            bail!("`{t}` is not installed (apt-get install -y iproute2 nftables iperf3)");
+        }
+    }
+    cmd::install_signal_handlers()?;
+    let stale = topo::stale_namespaces().unwrap_or_default();
+    if !stale.is_empty() {
+        eprintln!(
+            "warning: namespaces left by a killed lab: {} (remove them with `cargo xtask lab --clean`)",
+            stale.join(" ")
+        );
+    }
+
+    let out = match (&args.record, &args.out) {
+        (Some(p), _) | (None, Some(p)) => p.clone(),
+        (None, None) => default_out_dir(),
+    };
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = out.canonicalize()?;
+    let release = args.release || !cfg!(debug_assertions);
+    let traingen = build_bin("xtask", "traingen", release)?;
+    let probe = match (&args.record, &args.probe) {
+        (None, _) => None,
+        (Some(_), Some(p)) if p.is_file() => Some(p.canonicalize()?),
+        (Some(_), Some(p)) => bail!("--probe {}: no such file", p.display()),
+        (Some(_), None) => Some(build_bin("probe-user", "probe", release)?),
+    };
+    if cmd::interrupted() {
+        bail!("interrupted");
+    }
+
+    let mut lab = Lab::new(args.ranks as usize);
+    let result = drive(&args, &mut lab, &out, &traingen, probe.as_deref());
+    let problems = lab.teardown();
+    for p in &problems {
+        eprintln!("lab cleanup: {p}");
+    }
+    let left: Vec<&String> = problems
+        .iter()
+        .filter(|p| p.contains("still there"))
+        .collect();
+    match result {
+        Err(e) => Err(e),
+        Ok(()) if !left.is_empty() => bail!("cleanup failed: {left:?}"),
+        Ok(()) => Ok(()),
+    }
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+/// The workspace's target directory (CARGO_TARGET_DIR if set).
+fn target_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(d);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("target")
+}
+
+fn default_out_dir() -> PathBuf {
+    let base = target_dir().join("lab").join(utc_stamp(unix_now() as i64));
+    if base.exists() {
+        PathBuf::from(format!("{}-{}", base.display(), std::process::id()))
+    } else {
+        base
+    }
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC (civil-from-days, H. Hinnant).
+fn utc_stamp(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// Builds binary `bin` of `package` with cargo and returns its path.
+fn build_bin(package: &str, bin: &str, release: bool) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args(["build", "--quiet", "-p", package, "--bin", bin])
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if release {
+        c.arg("--release");
+    }
+    eprintln!(
+        "lab: building {bin} ({})",
+        if release { "release" } else { "debug" }
+    );
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("running cargo build for {bin}"))?;
+    let mut exe = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let v: serde_json::Value = match serde_json::from_str(&line?) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if v["reason"] == "compiler-artifact" && v["target"]["name"] == bin {
+            if let Some(p) = v["executable"].as_str() {
+                exe = Some(PathBuf::from(p));
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("building {bin} failed ({status})");
+    }
+    exe.with_context(|| format!("cargo did not report the {bin} executable"))
+}
+
+/// Everything the lab writes about the run itself (`lab.json`).
+#[derive(Serialize)]
+struct Meta<'a> {
+    t0: f64,
+    pattern: Pattern,
+    ranks: usize,
+    size_bytes: u64,
+    period_ms: u64,
+    duration_s: f64,
+    seed: u64,
+    episodes: bool,
+    kinds: &'a [Kind],
+    link_mbit: u32,
+    tbf_latency_ms: u32,
+    congestion: &'a str,
+    train_port: u16,
+    cross_port: u16,
+    switch_ns: String,
+    rank_info: Vec<RankInfo>,
+    schedule: &'a [Episode],
+    traingen: &'a Path,
+    /// The probe binary recording rank 0 (--record), and where its recording goes.
+    probe: Option<&'a Path>,
+    recording: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct RankInfo {
+    rank: usize,
+    ns: String,
+    addr: String,
+    dev: &'static str,
+    log: String,
+}
+
+/// Appends JSON lines to a file, flushing each.
+struct JsonLines(File);
+
+impl JsonLines {
+    fn create(path: &Path) -> Result<Self> {
+        Ok(Self(
+            OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(path)
+                .with_context(|| format!("creating {}", path.display()))?,
+        ))
+    }
+
+    fn write<T: Serialize>(&mut self, v: &T) -> Result<()> {
+        let mut line = serde_json::to_vec(v)?;
+        line.push(b'\n');
+        self.0.write_all(&line)?;
+        Ok(())
+    }
+}
+
+/// RetransSegs summed over every rank's namespace.
+fn retrans_total(lab: &Lab, ranks: usize) -> Option<u64> {
+    (0..ranks)
+        .map(|i| observe::tcp_retrans_segs(&lab.rank_ns(i)).ok())
+        .sum()
+}
+
+fn drive(
+    args: &LabArgs,
+    lab: &mut Lab,
+    out: &Path,
+    traingen: &Path,
+    probe: Option<&Path>,
+) -> Result<()> {
+    let n = args.ranks as usize;
+    let started = Instant::now();
+    lab.build(args.link_mbit)?;
+    if cmd::interrupted() {
+        bail!("interrupted");
+    }
+    let plan = Plan {
+        seed: args.seed,
+        duration_s: args.duration,
+        ranks: n,
+        kinds: args.kinds.clone(),
+        link_mbit: args.link_mbit,
+        cross_port: CROSS_PORT,
+    };
+    let sched = if args.episodes == OnOff::On {
+        schedule::build(&plan)
+    } else {
+        Vec::new()
+    };
+    eprintln!(
+        "lab: {n} ranks ({}), {} bytes, {} ms compute, {} s, {} episode(s), base link {} Mbit/s, set up in {:.1} s -> {}",
+        args.pattern.name(),
+        args.size,
+        args.period_ms,
+        args.duration,
+        sched.len(),
+        args.link_mbit,
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+
+    // The probe first: sock_ops tracks connections established after it attached.
+    let mut recorder = match probe {
+        Some(p) => Some(record::start(lab, p, out)?),
+        None => None,
+    };
+
+    // Start the ranks.
+    let peers = (0..n)
+        .map(|i| rank_addr(i).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut rank_procs: Vec<ProcId> = Vec::with_capacity(n);
+    let t0 = unix_now();
+    let t0_i = Instant::now();
+    for i in 0..n {
+        let log = out.join(format!("rank{i}.jsonl"));
+        let err = out.join(format!("rank{i}.stderr"));
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &lab.rank_ns(i)])
+            .arg(traingen)
+            .args(["--rank", &i.to_string(), "--world", &n.to_string()])
+            .args(["--peers", &peers, "--port", &TRAIN_PORT.to_string()])
+            .args([
+                "--pattern",
+                args.pattern.name(),
+                "--size",
+                &args.size.to_string(),
+            ])
+            .args(["--period-ms", &args.period_ms.to_string()])
+            .args(["--duration", &args.duration.to_string()])
+            .arg("--log")
+            .arg(&log)
+            .args(congestion_args(&args.congestion))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&err).with_context(|| format!("creating {}", err.display()))?);
+        rank_procs.push(lab.spawn(&format!("traingen rank {i}"), c)?);
+    }
+
+    let meta = Meta {
+        t0,
+        pattern: args.pattern,
+        ranks: n,
+        size_bytes: args.size,
+        period_ms: args.period_ms,
+        duration_s: args.duration,
+        seed: args.seed,
+        episodes: args.episodes == OnOff::On,
+        kinds: &args.kinds,
+        link_mbit: args.link_mbit,
+        tbf_latency_ms: topo::TBF_LATENCY_MS,
+        congestion: &args.congestion,
+        train_port: TRAIN_PORT,
+        cross_port: CROSS_PORT,
+        switch_ns: lab.switch_ns(),
+        rank_info: (0..n)
+            .map(|i| RankInfo {
+                rank: i,
+                ns: lab.rank_ns(i),
+                addr: rank_addr(i).to_string(),
+                dev: topo::RANK_DEV,
+                log: format!("rank{i}.jsonl"),
+            })
+            .collect(),
+        schedule: &sched,
+        traingen,
+        probe,
+        recording: probe.map(|_| record::RECORDING),
+    };
+    fs::write(out.join("lab.json"), serde_json::to_vec_pretty(&meta)?)?;
+
+    let mut truth_log = JsonLines::create(&out.join("ground_truth.jsonl"))?;
+    let mut rtt_log = JsonLines::create(&out.join("rtt.jsonl"))?;
+    let mut truths: Vec<Truth> = Vec::new();
+    let mut rtt: Vec<summary::RttSample> = Vec::new();
+    let mut retrans: BTreeMap<usize, u64> = BTreeMap::new();
+    let retrans_t0 = retrans_total(lab, n);
+    let mut retrans_at_start: Option<u64> = None;
+
+    let mut active: Option<Active> = None;
+    let mut next_ep = 0usize;
+    let sample_every = Duration::from_millis(args.sample_ms);
+    let mut next_sample = Duration::ZERO;
+    let hard_end = Duration::from_secs_f64(args.duration) + FINISH_GRACE;
+    let mut failure: Option<anyhow::Error> = None;
+
+    loop {
+        if cmd::interrupted() {
+            failure = Some(anyhow::anyhow!("interrupted"));
+            break;
+        }
+        let mut running = 0;
+        for &p in &rank_procs {
+            match lab.poll(p) {
+                None => running += 1,
+                Some(s) if s.success() => {}
+                Some(s) => {
+                    failure = Some(anyhow::anyhow!(
+                        "{} exited with {s} (see {}/rank*.stderr)",
+                        lab.label(p),
+                        out.display()
+                    ));
+                }
+            }
+        }
+        if let Some(r) = &recorder {
+            if let Err(e) = r.check(lab) {
+                failure = Some(e);
+            }
+        }
+        if failure.is_some() || running == 0 {
+            break;
+        }
+        let now = t0_i.elapsed();
+        if now > hard_end {
+            failure = Some(anyhow::anyhow!(
+                "{running} rank(s) still running {FINISH_GRACE:?} after the planned end"
+            ));
+            break;
+        }
+        let now_s = now.as_secs_f64();
+        let step: Result<()> = (|| {
+            if active.as_ref().is_some_and(|a| now_s >= a.ep.end_s) {
+                let a = active.take().unwrap();
+                let seq = a.ep.seq;
+                let t = episodes::revert(lab, a, out, false)?;
+                let r1 = retrans_total(lab, n);
+                if let (Some(a), Some(b)) = (retrans_at_start, r1) {
+                    retrans.insert(seq, b.saturating_sub(a));
+                }
+                eprintln!(
+                    "lab: {:6.1} s  episode {seq} ({}) off",
+                    t.t_end - t0,
+                    t.kind
+                );
+                truth_log.write(&t)?;
+                truths.push(t);
+            }
+            if active.is_none() && next_ep < sched.len() && now_s >= sched[next_ep].start_s {
+                let ep = &sched[next_ep];
+                next_ep += 1;
+                retrans_at_start = retrans_total(lab, n);
+                let a = episodes::apply(lab, ep, out, &args.congestion)
+                    .with_context(|| format!("starting episode {} ({})", ep.seq, ep.kind))?;
+                eprintln!(
+                    "lab: {:6.1} s  episode {} ({}) on rank {}: {}",
+                    a.t_start - t0,
+                    ep.seq,
+                    ep.kind,
+                    ep.rank,
+                    serde_json::to_string(&ep.params)?
+                );
+                active = Some(a);
+            }
+            if !sample_every.is_zero() && now >= next_sample {
+                next_sample = now + sample_every;
+                sample_rtt(lab, n, &mut rtt_log, &mut rtt)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = step {
+            failure = Some(e);
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    if let Some(a) = active.take() {
+        // Interrupted or failed mid-episode: undo it (best effort) and say so.
+        match episodes::revert(lab, a, out, true) {
+            Ok(t) => {
+                truth_log.write(&t)?;
+                truths.push(t);
+            }
+            Err(e) => eprintln!("lab: undoing the last episode: {e:#}"),
+        }
+    }
+    let t_last = unix_now();
+    // Ranks still running (failure or interrupt) are stopped by the teardown; give the
+    // others a moment to flush their last line.
+    for &p in &rank_procs {
+        lab.wait(p, Duration::from_millis(200));
+    }
+    // The recorder finishes its file, the probe detaches; both must exit 0.
+    let mut recorded = None;
+    if let Some(r) = recorder.take() {
+        match r.stop(lab) {
+            Ok(line) => recorded = Some(line),
+            Err(e) if failure.is_none() => failure = Some(e),
+            Err(e) => eprintln!("lab: {e:#}"),
+        }
+    }
+
+    // The kernel's view of the traffic, before the namespaces go.
+    let mut counters = BTreeMap::new();
+    for i in 0..n {
+        match observe::iface_counters(&lab.rank_ns(i)) {
+            Ok(c) => {
+                counters.insert(i, c);
+            }
+            Err(e) => eprintln!("lab: counters of rank {i}: {e:#}"),
+        }
+    }
+    let retrans_end = retrans_total(lab, n);
+    let ep_retrans: u64 = retrans.values().sum();
+    let calm_retrans = match (retrans_t0, retrans_end) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a).saturating_sub(ep_retrans)),
+        _ => None,
+    };
+
+    let mut iters = Vec::new();
+    for i in 0..n {
+        iters.extend(summary::read_iters(&out.join(format!("rank{i}.jsonl")))?);
+    }
+    let s = summary::summarize(&summary::Inputs {
+        t0,
+        t_last,
+        ranks: n,
+        iters: &iters,
+        truth: &truths,
+        rtt: &rtt,
+        retrans: &retrans,
+        calm_retrans,
+    });
+    let traffic: Vec<String> = counters
+        .iter()
+        .map(|(i, c)| {
+            format!(
+                "r{i} tx {:.1} MB rx {:.1} MB",
+                c.tx_bytes as f64 / 1e6,
+                c.rx_bytes as f64 / 1e6
+            )
+        })
+        .collect();
+    println!(
+        "\nlab summary ({} ranks, {}, {} bytes, {} ms compute, seed {}, {:.1} s of traffic)",
+        n,
+        args.pattern.name(),
+        args.size,
+        args.period_ms,
+        args.seed,
+        t_last - t0
+    );
+    println!("traffic on {}: {}", topo::RANK_DEV, traffic.join(", "));
+    print!("{}", summary::render(&s));
+    if let Some(line) = &recorded {
+        println!("probe on rank 0: {}", line.trim_start_matches("record: "));
+    }
+    println!("output: {}", out.display());
+    let report = serde_json::json!({
+        "summary": s,
+        "counters": counters,
+        "recording": recorded.as_ref().map(|_| record::RECORDING),
+        "failure": failure.as_ref().map(|e| format!("{e:#}")),
+    });
+    fs::write(
+        out.join("summary.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    match failure {
+        Some(e) => Err(e),
+        None if counters.values().any(|c| c.tx_bytes < args.size) => {
+            bail!("a rank sent less than one iteration's worth of bytes: {counters:?}")
+        }
+        None => Ok(()),
+    }
+}
+
+/// `--congestion NAME` for traingen, nothing when empty.
+fn congestion_args(cc: &str) -> Vec<String> {
+    if cc.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--congestion".into(), cc.into()]
+    }
+}
+
+/// One `ss` sample of every rank's training connections, to `rtt.jsonl` and `rtt`.
+fn sample_rtt(
+    lab: &Lab,
+    n: usize,
+    log: &mut JsonLines,
+    rtt: &mut Vec<summary::RttSample>,
+) -> Result<()> {
+    let t = unix_now();
+    for i in 0..n {
+        for c in observe::ss_port(&lab.rank_ns(i), TRAIN_PORT)? {
+            // A connection that has delivered real data, not just the hello.
+            let sender = c.bytes_acked > 64 * 1024;
+            log.write(&serde_json::json!({
+                "t": t, "rank": i, "local": c.local, "peer": c.peer, "srtt_ms": c.srtt_ms,
+                "rttvar_ms": c.rttvar_ms, "cwnd": c.cwnd, "retrans": c.retrans,
+                "bytes_acked": c.bytes_acked, "bytes_received": c.bytes_received,
+                "sender": sender,
+            }))?;
+            if let Some(srtt_ms) = c.srtt_ms {
+                rtt.push(summary::RttSample {
+                    t,
+                    rank: i,
+                    srtt_ms,
+                    sender,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4194304"), Ok(4 << 20));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("4Mi"), Ok(4 << 20));
+        assert_eq!(parse_size("500KB"), Ok(500_000));
+        assert_eq!(parse_size("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_size("2 KiB"), Ok(2048));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("4XB").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    #[test]
+    fn stamps() {
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(951_782_400), "20000229-000000");
+        assert_eq!(utc_stamp(1_700_000_000), "20231114-221320");
+    }
+
+    #[test]
+    fn args_parse() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            lab: LabArgs,
+        }
+        let t = T::try_parse_from(["t"]).unwrap().lab;
+        assert_eq!(t.ranks, 4);
+        assert_eq!(t.size, 4 << 20);
+        assert_eq!(t.kinds, Kind::ALL.to_vec());
+        let t = T::try_parse_from([
+            "t",
+            "--ranks",
+            "8",
+            "--kinds",
+            "loss,tbf",
+            "--episodes",
+            "off",
+        ])
+        .unwrap()
+        .lab;
+        assert_eq!(t.ranks, 8);
+        assert_eq!(t.kinds, vec![Kind::Loss, Kind::Tbf]);
+        assert_eq!(t.episodes, OnOff::Off);
+        assert!(T::try_parse_from(["t", "--ranks", "1"]).is_err());
+    }
+}
+
+/// A short real run: needs root, iproute2, nftables and iperf3, and about 15 s, hence
+/// ignored by default: `cargo test -p xtask -- --ignored lab_short_run`.
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root and network namespaces; about 15 s"]
+    fn lab_short_run() {
+        let out = std::env::temp_dir().join(format!("lab-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&out);
+        let args = LabArgs {
+            ranks: 3,
+            pattern: Pattern::Ring,
+            size: 2 << 20,
+            period_ms: 100,
+            duration: 12.0,
+            seed: 5,
+            episodes: OnOff::On,
+            kinds: vec![Kind::Loss, Kind::Tbf],
+            link_mbit: 1000,
+            congestion: "cubic".into(),
+            sample_ms: 250,
+            out: Some(out.clone()),
+            record: None,
+            probe: None,
+            release: false,
+            clean: false,
+        };
+        run(args).expect("the lab runs");
+
+        // No namespace of ours is left.
+        let prefix = format!("lab{}-", std::process::id());
+        let left = topo::list_namespaces().unwrap();
+        assert!(!left.iter().any(|n| n.starts_with(&prefix)), "{left:?}");
+
+        // Every rank iterated and exchanged traffic.
+        let report: serde_json::Value =
+            serde_json::from_slice(&fs::read(out.join("summary.json")).unwrap()).unwrap();
+        for r in 0..3 {
+            let iters = summary::read_iters(&out.join(format!("rank{r}.jsonl"))).unwrap();
+            assert!(iters.len() >= 10, "rank {r}: {} iterations", iters.len());
+            let tx = report["counters"][r.to_string()]["tx_bytes"]
+                .as_u64()
+                .unwrap();
+            assert!(tx >= 10 * (2 << 20) * 2 / 3, "rank {r} sent {tx} bytes");
+        }
+
+        // The ground truth lists the episodes, inside the run, and they hurt.
+        let truth: Vec<serde_json::Value> = fs::read_to_string(out.join("ground_truth.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(!truth.is_empty());
+        let t0 = report["summary"]["t0"].as_f64().unwrap();
+        for t in &truth {
+            let (a, b) = (t["t_start"].as_f64().unwrap(), t["t_end"].as_f64().unwrap());
+            assert!(t0 < a && a < b && b < t0 + 12.5, "{t}");
+            assert_eq!(t["aborted"], false);
+        }
+        let hurt = report["summary"]["episodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| {
+                e["retrans_segs"].as_u64().unwrap_or(0) > 0
+                    || e["slowdown"].as_f64().unwrap_or(0.0) > 1.15
+            });
+        assert!(
+            hurt,
+            "no episode raised retransmits or iteration times: {report}"
+        );
+        let _ = fs::remove_dir_all(&out);
+    }
+}

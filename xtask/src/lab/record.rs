@@ -1,0 +1,460 @@
+//! `--record DIR`: the probe daemon attached to rank 0's interface and `probe record` writing
+//! what it serves, next to the ground truth, on the same clock.
+//!
+//! Both run inside rank 0's namespace through `nsenter --net=...` (not `ip netns exec`, which
+//! remounts /sys and hides the cgroup2 mount that sock_ops attaches to). nsenter execs the
+//! program, so the pid the lab holds is the probe's own and signals reach it. sock_ops and
+//! the retransmit tracepoint see every socket of the host, so the recording has RTT rows for
+//! every rank's address; TC counts only rank 0's `eth0`.
+use super::cmd;
+use super::topo::{Lab, ProcId, RANK_DEV};
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Where the probe listens, inside rank 0's namespace.
+pub const LISTEN: &str = "127.0.0.1:9464";
+/// Files in the output directory.
+pub const RECORDING: &str = "recording.parquet";
+pub const PROBE_LOG: &str = "probe.log";
+pub const RECORD_LOG: &str = "record.log";
+/// Ticks per row group of the recording (what a killed recorder may lose).
+const FLUSH_EVERY: &str = "10";
+/// How long the probe may take to load, attach and run its first tick.
+const HEALTHY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the recorder and the probe get to exit after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The probe and its recorder, running.
+pub struct Recorder {
+    probe: ProcId,
+    record: ProcId,
+    probe_log: PathBuf,
+    record_log: PathBuf,
+}
+
+fn ns_path(ns: &str) -> String {
+    format!("/var/run/netns/{ns}")
+}
+
+fn nsenter(ns: &str, bin: &Path, args: &[&str], log: &Path) -> Result<Command> {
+    let f = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net={}", ns_path(ns)))
+        .arg(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(f.try_clone()?)
+        .stderr(f);
+    Ok(c)
+}
+
+/// The last non-empty line of a log, for error messages.
+pub fn last_line(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no output)")
+        .trim()
+        .to_string()
+}
+
+/// Starts `probe run` on rank 0's interface, waits until it is healthy, then starts
+/// `probe record` writing `out/recording.parquet`.
+pub fn start(lab: &mut Lab, probe: &Path, out: &Path) -> Result<Recorder> {
+    let ns = lab.rank_ns(0);
+    let probe_log = out.join(PROBE_LOG);
+    let record_log = out.join(RECORD_LOG);
+    let c = nsenter(
+        &ns,
+        probe,
+        &["run", "--interface", RANK_DEV, "--listen", LISTEN],
+        &probe_log,
+    )?;
+    let probe_id = lab.spawn("probe run (rank 0)", c)?;
+    let started = Instant::now();
+    wait_healthy(lab, probe_id, &ns, &probe_log)?;
+    eprintln!(
+        "lab: probe attached to rank 0's {RANK_DEV} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let file = out.join(RECORDING);
+    let file = file.to_string_lossy();
+    let url = format!("http://{LISTEN}");
+    let c = nsenter(
+        &ns,
+        probe,
+        &[
+            "record",
+            "--url",
+            &url,
+            "--out",
+            &file,
+            "--force",
+            "--flush-every",
+            FLUSH_EVERY,
+        ],
+        &record_log,
+    )?;
+    let record = lab.spawn("probe record", c)?;
+    Ok(Recorder {
+        probe: probe_id,
+        record,
+        probe_log,
+        record_log,
+    })
+}
+
+fn wait_healthy(lab: &mut Lab, id: ProcId, ns: &str, log: &Path) -> Result<()> {
+    let addr: SocketAddr = LISTEN.parse().expect("a socket address");
+    let until = Instant::now() + HEALTHY_TIMEOUT;
+    let path = ns_path(ns);
+    loop {
+        if cmd::interrupted() {
+            bail!("interrupted");
+        }
+        if let Some(s) = lab.poll(id) {
+            bail!(
+                "probe exited with {s} before it was ready: {} (see {})",
+                last_line(log),
+                log.display()
+            );
+        }
+        let healthy = probe_tests::netns::enter_path(&path, || {
+            probe_tests::http::get(addr, "/healthz", Duration::from_secs(1))
+        });
+        if matches!(healthy, Ok(Ok(ref r)) if r.status == 200) {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            bail!(
+                "probe did not answer /healthz with 200 within {HEALTHY_TIMEOUT:?} (see {})",
+                log.display()
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Recorder {
+    /// An error if the probe or the recorder has exited (they run until stopped).
+    pub fn check(&self, lab: &mut Lab) -> Result<()> {
+        for (id, log) in [
+            (self.probe, &self.probe_log),
+            (self.record, &self.record_log),
+        ] {
+            if let Some(s) = lab.poll(id) {
+                bail!(
+                    "{} exited early with {s}: {} (see {})",
+                    lab.label(id),
+                    last_line(log),
+                    log.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERMs the recorder (it finishes the file), then the probe (it detaches); both
+    /// must exit 0. Returns the recorder's closing line.
+    pub fn stop(self, lab: &mut Lab) -> Result<String> {
+        let record = lab.stop(self.record, STOP_GRACE);
+        let probe = lab.stop(self.probe, STOP_GRACE);
+        let ok = |s: Option<ExitStatus>| s.is_some_and(|s| s.success());
+        if !ok(record) {
+            bail!(
+                "probe record exited with {}: {} (see {})",
+                describe(record),
+                last_line(&self.record_log),
+                self.record_log.display()
+            );
+        }
+        if !ok(probe) {
+            bail!(
+                "probe run exited with {} after SIGTERM: {} (see {})",
+                describe(probe),
+                last_line(&self.probe_log),
+                self.probe_log.display()
+            );
+        }
+        Ok(last_line(&self.record_log))
+    }
+}
+
+fn describe(s: Option<ExitStatus>) -> String {
+    s.map_or_else(|| "an unknown status".to_string(), |s| s.to_string())
+}
+
+/// A real lab run with the probe attached (root; about 30 s): the recording has the
+/// documented columns, sees rank 0's ring neighbours, and shows the tbf episode on rank 0's
+/// link as a raised srtt of the peer behind it.
+#[cfg(test)]
+mod tests {
+    use super::super::schedule::{self, Kind, Params, Plan};
+    use super::super::{run, topo, LabArgs, OnOff, Pattern, CROSS_PORT};
+    use super::*;
+    use parquet::file::reader::{FileReader as _, SerializedFileReader};
+    use parquet::record::Field;
+    use std::collections::HashMap;
+
+    const RANKS: usize = 3;
+    const DURATION_S: f64 = 20.0;
+    const LINK_MBIT: u32 = 1000;
+
+    /// The column names docs/recording.md lists, in order.
+    fn documented_columns() -> Vec<String> {
+        let text = std::fs::read_to_string(crate::build::root().join("docs/recording.md"))
+            .expect("docs/recording.md");
+        let mut in_columns = false;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("## ") {
+                in_columns = line.trim() == "## Columns";
+            } else if in_columns && line.starts_with("| `") {
+                out.push(
+                    line.split('|')
+                        .nth(1)
+                        .unwrap()
+                        .trim()
+                        .trim_matches('`')
+                        .to_string(),
+                );
+            }
+        }
+        out
+    }
+
+    /// One row of the recording: time, kind, entity, and the numeric columns.
+    struct Row {
+        t: f64,
+        kind: String,
+        entity: String,
+        num: HashMap<String, f64>,
+    }
+
+    fn read_recording(path: &Path) -> (Vec<String>, Vec<Row>) {
+        let r = SerializedFileReader::new(File::open(path).expect("the recording exists"))
+            .expect("the recording is a Parquet file");
+        let schema = r.metadata().file_metadata().schema_descr();
+        let names = (0..schema.num_columns())
+            .map(|i| schema.column(i).name().to_string())
+            .collect();
+        let mut rows = Vec::new();
+        for row in r.get_row_iter(None).unwrap() {
+            let row = row.unwrap();
+            let mut out = Row {
+                t: 0.0,
+                kind: String::new(),
+                entity: String::new(),
+                num: HashMap::new(),
+            };
+            for (name, field) in row.get_column_iter() {
+                match (name.as_str(), field) {
+                    ("entity_kind", Field::Str(s)) => out.kind = s.clone(),
+                    ("entity", Field::Str(s)) => out.entity = s.clone(),
+                    ("time_unix", Field::Double(v)) => out.t = *v,
+                    (n, Field::Double(v)) => {
+                        out.num.insert(n.to_string(), *v);
+                    }
+                    (n, Field::Long(v)) => {
+                        out.num.insert(n.to_string(), *v as f64);
+                    }
+                    _ => {}
+                }
+            }
+            rows.push(out);
+        }
+        (names, rows)
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        assert!(!v.is_empty());
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+
+    /// The first seed whose schedule tightens rank 0's egress (its link to rank 1) to at
+    /// most 1/8 of the base rate, and that episode.
+    fn seed_with_tbf_on_rank0() -> (u64, schedule::Episode) {
+        (1..1000)
+            .find_map(|seed| {
+                let plan = Plan {
+                    seed,
+                    duration_s: DURATION_S,
+                    ranks: RANKS,
+                    kinds: vec![Kind::Tbf],
+                    link_mbit: LINK_MBIT,
+                    cross_port: CROSS_PORT,
+                };
+                schedule::build(&plan)
+                    .into_iter()
+                    .find(|e| {
+                        e.rank == 0
+                            && matches!(e.params, Params::Tbf { rate_mbit, .. } if rate_mbit <= LINK_MBIT / 8)
+                    })
+                    .map(|e| (seed, e))
+            })
+            .expect("some seed below 1000 schedules a tbf episode on rank 0")
+    }
+
+    #[test]
+    fn lab_records_what_the_probe_sees() {
+        if !crate::build::is_root() {
+            eprintln!("skipped lab_records_what_the_probe_sees: it needs root (network namespaces and the probe's eBPF hooks)");
+            return;
+        }
+        // `$PROBE_BIN`, else the lab builds probe (a no-op when target/debug/probe is
+        // up to date, and never a stale binary).
+        let probe = std::env::var_os("PROBE_BIN").map(PathBuf::from);
+        let (seed, ep) = seed_with_tbf_on_rank0();
+        eprintln!("lab test: seed {seed}, episode {ep:?}");
+        let dir = std::env::temp_dir().join(format!("lab-record-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let result = run(LabArgs {
+            ranks: RANKS as u16,
+            pattern: Pattern::Ring,
+            size: 4 << 20,
+            period_ms: 200,
+            duration: DURATION_S,
+            seed,
+            episodes: OnOff::On,
+            kinds: vec![Kind::Tbf],
+            link_mbit: LINK_MBIT,
+            congestion: "cubic".into(),
+            sample_ms: 500,
+            out: None,
+            record: Some(dir.clone()),
+            probe,
+            release: false,
+            clean: false,
+        });
+        // Cleanup first: no namespace of this lab is left, whatever happened.
+        let prefix = format!("lab{}-", std::process::id());
+        let left = topo::list_namespaces().unwrap();
+        assert!(
+            !left.iter().any(|n| n.starts_with(&prefix)),
+            "left: {left:?}"
+        );
+        result.expect("the lab runs with --record");
+
+        // The ranks exchanged traffic (the lab itself fails otherwise; check the report too).
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+        for r in 0..RANKS {
+            let tx = report["counters"][r.to_string()]["tx_bytes"]
+                .as_u64()
+                .unwrap();
+            assert!(tx > 50 << 20, "rank {r} sent only {tx} bytes");
+        }
+
+        // The documented columns, in order.
+        let (names, rows) = read_recording(&dir.join(RECORDING));
+        assert_eq!(
+            names,
+            documented_columns(),
+            "the file's columns are the documented ones"
+        );
+        let ticks: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.t.to_bits()).collect();
+        assert!(
+            ticks.len() >= 15,
+            "{} ticks recorded in a {DURATION_S} s run",
+            ticks.len()
+        );
+
+        // Rank 0's ring neighbours are peers: it sends to rank 1, receives from rank 2.
+        let peer = |name: &str| -> Vec<&Row> {
+            rows.iter()
+                .filter(|r| r.kind == "peer" && r.entity == name)
+                .collect()
+        };
+        let total = |rs: &[&Row], col: &str| -> f64 {
+            rs.iter()
+                .filter_map(|r| Some(r.num.get(col)? * r.num.get("interval_s")?))
+                .sum()
+        };
+        let (next, prev) = (
+            topo::rank_addr(1).to_string(),
+            topo::rank_addr(2).to_string(),
+        );
+        let sent = total(&peer(&next), "tx_bytes_per_s");
+        let received = total(&peer(&prev), "rx_bytes_per_s");
+        eprintln!(
+            "lab test: rank 0 sent {sent:.0} bytes to {next}, received {received:.0} from {prev}"
+        );
+        assert!(
+            sent > 50e6,
+            "rank 0 sent {sent} bytes to {next} according to the probe"
+        );
+        assert!(
+            received > 50e6,
+            "rank 0 received {received} bytes from {prev} according to the probe"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r.kind == "interface" && r.entity == RANK_DEV),
+            "no interface rows for {RANK_DEV}"
+        );
+
+        // The episode shows: the srtt of rank 0's sending connection (to rank 1) rises while
+        // rank 0's egress is throttled, against the calm ticks (away from every episode).
+        let truth: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("ground_truth.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let span =
+            |t: &serde_json::Value| (t["t_start"].as_f64().unwrap(), t["t_end"].as_f64().unwrap());
+        let episode = truth
+            .iter()
+            .find(|t| t["seq"].as_u64() == Some(ep.seq as u64))
+            .expect("the episode is in the ground truth");
+        assert_eq!(episode["aborted"], false);
+        let (a, b) = span(episode);
+        let t0 = report["summary"]["t0"].as_f64().unwrap();
+        let srtt = |r: &&Row| r.num.get("srtt_s").copied();
+        let during: Vec<f64> = peer(&next)
+            .into_iter()
+            .filter(|r| r.t >= a + 0.5 && r.t <= b + 0.3)
+            .filter_map(|r| srtt(&r))
+            .collect();
+        let calm: Vec<f64> = peer(&next)
+            .into_iter()
+            .filter(|r| r.t > t0 + 2.0)
+            .filter(|r| {
+                truth.iter().all(|t| {
+                    let (a, b) = span(t);
+                    r.t < a - 0.2 || r.t > b + 1.5
+                })
+            })
+            .filter_map(|r| srtt(&r))
+            .collect();
+        assert!(!during.is_empty(), "no tick inside the episode {a}..{b}");
+        assert!(calm.len() >= 3, "only {} calm ticks", calm.len());
+        let (m_ep, m_calm) = (median(during.clone()), median(calm.clone()));
+        eprintln!(
+            "lab test: srtt of {next}: calm median {:.2} ms over {} ticks, episode ({:?}) median {:.2} ms over {} ticks {:?}",
+            m_calm * 1e3,
+            calm.len(),
+            ep.params,
+            m_ep * 1e3,
+            during.len(),
+            during.iter().map(|v| (v * 1e4).round() / 10.0).collect::<Vec<_>>()
+        );
+        assert!(
+            m_ep > 1.5 * m_calm,
+            "srtt of {next} during the episode ({m_ep}) is not clearly above calm ({m_calm})"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,349 @@
+//! The lab's network: one namespace per rank plus a switch namespace with a Linux bridge,
+//! and the processes started inside them. Everything is removed on drop, whatever the exit
+//! path; the lab only ever touches namespaces named after its own pid.
+use super::cmd;
+use anyhow::{bail, Context, Result};
+use std::net::Ipv4Addr;
+use std::process::{Child, Command};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The rank side of each veth.
+pub const RANK_DEV: &str = "eth0";
+/// How long children get between SIGTERM and SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(3);
+
+/// Address of rank `i`: 10.232.0.(i+1).
+pub fn rank_addr(i: usize) -> Ipv4Addr {
+    assert!(i < 254);
+    Ipv4Addr::new(10, 232, 0, i as u8 + 1)
+}
+
+/// tbf burst for a rate: 4 ms worth of bytes, at least 128 KiB.
+///
+/// The floor matters. tbf checks a packet against its burst only when it is enqueued; a
+/// packet longer than the burst that is already queued when the rate is tightened can
+/// never gather enough tokens and blocks the queue until the burst grows again (seen: a
+/// 2.5 s total stall). A veth GSO super-packet counts up to 64 KiB of payload plus the
+/// headers of every segment (about 68 KiB), so every burst the lab uses stays above that.
+pub fn tbf_burst_bytes(rate_mbit: u32) -> u64 {
+    (u64::from(rate_mbit) * 1_000_000 / 8 / 250).max(128 * 1024)
+}
+
+/// Queueing delay a tbf may add before it drops: the queue it holds.
+pub const TBF_LATENCY_MS: u32 = 50;
+
+/// A process the lab started.
+struct Proc {
+    label: String,
+    child: Child,
+    status: Option<std::process::ExitStatus>,
+}
+
+/// Handle to a process started with [`Lab::spawn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcId(usize);
+
+pub struct Lab {
+    prefix: String,
+    ranks: usize,
+    /// Namespaces this lab created, in creation order.
+    namespaces: Vec<String>,
+    procs: Vec<Proc>,
+    torn_down: bool,
+}
+
+impl Lab {
+    /// A lab named after this process: namespaces `lab<pid>-sw` and `lab<pid>-r<i>`.
+    pub fn new(ranks: usize) -> Self {
+        Self {
+            prefix: format!("lab{}", std::process::id()),
+            ranks,
+            namespaces: Vec::new(),
+            procs: Vec::new(),
+            torn_down: false,
+        }
+    }
+
+    pub fn switch_ns(&self) -> String {
+        format!("{}-sw", self.prefix)
+    }
+
+    pub fn rank_ns(&self, i: usize) -> String {
+        format!("{}-r{i}", self.prefix)
+    }
+
+    fn add_ns(&mut self, name: String) -> Result<()> {
+        cmd::run(&["ip", "netns", "add", &name]).with_context(|| {
+            format!(
+                "creating namespace {name} (a leftover of a killed lab? `cargo xtask lab --clean`)"
+            )
+        })?;
+        self.namespaces.push(name);
+        Ok(())
+    }
+
+    /// Builds the switch and the ranks. `link_mbit` > 0 puts a tbf of that rate on every
+    /// rank's egress (the base link speed).
+    pub fn build(&mut self, link_mbit: u32) -> Result<()> {
+        let sw = self.switch_ns();
+        self.add_ns(sw.clone())?;
+        cmd::run(&["ip", "-n", &sw, "link", "set", "lo", "up"])?;
+        cmd::run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        cmd::run(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
+        for i in 0..self.ranks {
+            let ns = self.rank_ns(i);
+            self.add_ns(ns.clone())?;
+            let port = format!("v{i}");
+            let addr = format!("{}/24", rank_addr(i));
+            // The veth is created inside the switch namespace with its peer moved straight
+            // into the rank's namespace: no interface ever appears in the host namespace.
+            cmd::run(&[
+                "ip", "-n", &sw, "link", "add", &port, "type", "veth", "peer", "name", RANK_DEV,
+                "netns", &ns,
+            ])?;
+            cmd::run(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
+            cmd::run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+            cmd::run(&["ip", "-n", &ns, "addr", "add", &addr, "dev", RANK_DEV])?;
+            cmd::run(&["ip", "-n", &ns, "link", "set", RANK_DEV, "up"])?;
+            if link_mbit > 0 {
+                set_tbf(&ns, link_mbit)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts `c` (already aimed at a namespace) in its own process group and keeps it for
+    /// cleanup.
+    pub fn spawn(&mut self, label: &str, mut c: Command) -> Result<ProcId> {
+        use std::os::unix::process::CommandExt;
+        let child = c
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {label}"))?;
+        self.procs.push(Proc {
+            label: label.to_string(),
+            child,
+            status: None,
+        });
+        Ok(ProcId(self.procs.len() - 1))
+    }
+
+    /// The exit status of a process, if it has exited.
+    pub fn poll(&mut self, id: ProcId) -> Option<std::process::ExitStatus> {
+        let p = &mut self.procs[id.0];
+        if p.status.is_none() {
+            p.status = p.child.try_wait().ok().flatten();
+        }
+        p.status
+    }
+
+    pub fn label(&self, id: ProcId) -> &str {
+        &self.procs[id.0].label
+    }
+
+    /// Stops a process: SIGTERM, then SIGKILL after `grace`. Returns its exit status.
+    pub fn stop(&mut self, id: ProcId, grace: Duration) -> Option<std::process::ExitStatus> {
+        if let Some(s) = self.poll(id) {
+            return Some(s);
+        }
+        cmd::signal(self.procs[id.0].child.id(), libc::SIGTERM);
+        let until = Instant::now() + grace;
+        while Instant::now() < until {
+            if let Some(s) = self.poll(id) {
+                return Some(s);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let p = &mut self.procs[id.0];
+        let _ = p.child.kill();
+        p.status = p.child.wait().ok();
+        p.status
+    }
+
+    /// Waits up to `timeout` for a process to exit by itself.
+    pub fn wait(&mut self, id: ProcId, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.poll(id) {
+                return Some(s);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops every process, kills whatever else still runs inside the lab's namespaces,
+    /// and deletes the namespaces (which takes the veths, bridge, qdiscs and nft tables
+    /// with them). Returns the problems met; safe to call twice.
+    pub fn teardown(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.torn_down || (self.namespaces.is_empty() && self.procs.is_empty()) {
+            return problems;
+        }
+        self.torn_down = true;
+        // 1. Our own children: SIGTERM all at once, then SIGKILL the stragglers.
+        for p in &mut self.procs {
+            if p.status.is_none() && p.child.try_wait().ok().flatten().is_none() {
+                cmd::signal(p.child.id(), libc::SIGTERM);
+            }
+        }
+        let until = Instant::now() + TERM_GRACE;
+        for p in &mut self.procs {
+            loop {
+                match p.child.try_wait() {
+                    Ok(Some(s)) => {
+                        p.status.get_or_insert(s);
+                        break;
+                    }
+                    Ok(None) if Instant::now() < until => thread::sleep(Duration::from_millis(20)),
+                    _ => {
+                        let _ = p.child.kill();
+                        let _ = p.child.wait();
+                        problems.push(format!("{} needed SIGKILL", p.label));
+                        break;
+                    }
+                }
+            }
+        }
+        // 2. Anything else inside our namespaces (they are ours alone).
+        for ns in &self.namespaces {
+            if let Ok(out) = cmd::run(&["ip", "netns", "pids", ns]) {
+                for pid in out.split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+                    cmd::signal(pid, libc::SIGKILL);
+                    problems.push(format!("killed stray pid {pid} in {ns}"));
+                }
+            }
+        }
+        // 3. The namespaces, ranks first, then the switch.
+        for ns in self.namespaces.iter().rev() {
+            if let Err(e) = cmd::run(&["ip", "netns", "del", ns]) {
+                problems.push(format!("{e:#}"));
+            }
+        }
+        if let Ok(left) = list_namespaces() {
+            for ns in left.iter().filter(|n| self.namespaces.contains(n)) {
+                problems.push(format!("namespace {ns} is still there"));
+            }
+        }
+        problems
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for p in self.teardown() {
+            eprintln!("lab cleanup: {p}");
+        }
+    }
+}
+
+/// `tc qdisc replace ... root tbf` on a rank's egress.
+pub fn set_tbf(ns: &str, rate_mbit: u32) -> Result<()> {
+    let rate = format!("{rate_mbit}mbit");
+    let burst = tbf_burst_bytes(rate_mbit).to_string();
+    let latency = format!("{TBF_LATENCY_MS}ms");
+    cmd::run(&[
+        "tc", "-n", ns, "qdisc", "replace", "dev", RANK_DEV, "root", "tbf", "rate", &rate, "burst",
+        &burst, "latency", &latency,
+    ])?;
+    Ok(())
+}
+
+/// Removes the root qdisc of a rank's egress (back to the default).
+pub fn clear_root_qdisc(ns: &str) -> Result<()> {
+    cmd::run(&["tc", "-n", ns, "qdisc", "del", "dev", RANK_DEV, "root"])?;
+    Ok(())
+}
+
+/// Names of all network namespaces (`ip netns list`).
+pub fn list_namespaces() -> Result<Vec<String>> {
+    let out = cmd::run(&["ip", "netns", "list"])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect())
+}
+
+/// The pid in a lab namespace name (`lab<pid>-sw`, `lab<pid>-r<i>`), if it is one.
+pub fn lab_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("lab")?;
+    let (pid, tail) = rest.split_once('-')?;
+    let ok_tail = tail == "sw"
+        || tail
+            .strip_prefix('r')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if !ok_tail || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Lab namespaces whose lab process is gone (left by a SIGKILLed lab).
+pub fn stale_namespaces() -> Result<Vec<String>> {
+    Ok(list_namespaces()?
+        .into_iter()
+        .filter(|n| lab_pid(n).is_some_and(|pid| !cmd::pid_alive(pid)))
+        .collect())
+}
+
+/// Removes stale lab namespaces and the processes inside them.
+pub fn clean_stale() -> Result<usize> {
+    let stale = stale_namespaces()?;
+    for ns in &stale {
+        if let Ok(out) = cmd::run(&["ip", "netns", "pids", ns]) {
+            for pid in out.split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+                cmd::signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+    // Ranks before switches, as the lab itself does.
+    let mut order = stale.clone();
+    order.sort_by_key(|n| n.ends_with("-sw"));
+    for ns in &order {
+        cmd::run(&["ip", "netns", "del", ns])?;
+        eprintln!("removed stale namespace {ns}");
+    }
+    if list_namespaces()?.iter().any(|n| stale.contains(n)) {
+        bail!("some stale namespaces could not be removed");
+    }
+    Ok(stale.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lab_namespace_names() {
+        assert_eq!(lab_pid("lab123-sw"), Some(123));
+        assert_eq!(lab_pid("lab123-r0"), Some(123));
+        assert_eq!(lab_pid("lab9-r17"), Some(9));
+        for other in [
+            "prb12_0",
+            "lab-r0",
+            "lab12-r",
+            "lab12-rx",
+            "lab12-sw2",
+            "lab12",
+            "xlab1-sw",
+        ] {
+            assert_eq!(lab_pid(other), None, "{other}");
+        }
+        let lab = Lab::new(2);
+        assert_eq!(lab_pid(&lab.rank_ns(1)), Some(std::process::id()));
+        assert_eq!(lab_pid(&lab.switch_ns()), Some(std::process::id()));
+    }
+
+    #[test]
+    fn addresses_and_bursts() {
+        assert_eq!(rank_addr(0), Ipv4Addr::new(10, 232, 0, 1));
+        assert_eq!(rank_addr(3), Ipv4Addr::new(10, 232, 0, 4));
+        assert_eq!(tbf_burst_bytes(1000), 500_000);
+        assert_eq!(tbf_burst_bytes(10), 128 * 1024);
+        assert_eq!(tbf_burst_bytes(125), 128 * 1024);
+    }
+}

@@ -1,0 +1,239 @@
+//! `cargo xtask test`: every check CI runs, in order; the first failing step stops the run.
+use crate::build::{self, cargo, display};
+use anyhow::{bail, Context as _, Result};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Skip the integration tests (root, network namespaces) for quick local iteration.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// The `test result:` lines of every cargo test run, in order.
+#[derive(Default)]
+struct Summaries {
+    lines: Vec<String>,
+}
+
+impl Summaries {
+    /// Sums (passed, failed, ignored) over the collected `test result:` lines.
+    fn totals(&self) -> (u64, u64, u64) {
+        let mut totals = (0, 0, 0);
+        for line in &self.lines {
+            totals.0 += count(line, "passed");
+            totals.1 += count(line, "failed");
+            totals.2 += count(line, "ignored");
+        }
+        totals
+    }
+}
+
+/// The number before `word` in "test result: ok. 3 passed; 0 failed; 1 ignored; ...".
+fn count(line: &str, word: &str) -> u64 {
+    line.split([';', '.'])
+        .filter_map(|part| part.trim().strip_suffix(word))
+        .find_map(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+struct Step {
+    name: &'static str,
+    cmd: Command,
+    /// cargo test: echo stdout line by line and keep its `test result:` lines.
+    tests: bool,
+}
+
+fn step(name: &'static str, cmd: Command) -> Step {
+    Step {
+        name,
+        cmd,
+        tests: false,
+    }
+}
+
+fn test_step(name: &'static str, cmd: Command) -> Step {
+    Step {
+        name,
+        cmd,
+        tests: true,
+    }
+}
+
+fn cargo_with(args: &[&str]) -> Command {
+    let mut cmd = cargo();
+    cmd.args(args);
+    cmd
+}
+
+/// The rule files under rules/: (rule files, promtool unit-test files).
+fn rule_files() -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let dir = build::root().join("rules");
+    let (mut rules, mut tests) = (Vec::new(), Vec::new());
+    if !dir.is_dir() {
+        return Ok((rules, tests));
+    }
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !(name.ends_with(".yml") || name.ends_with(".yaml")) {
+            continue;
+        }
+        if name.ends_with("_test.yml") || name.ends_with("_test.yaml") {
+            tests.push(path);
+        } else {
+            rules.push(path);
+        }
+    }
+    rules.sort();
+    tests.sort();
+    Ok((rules, tests))
+}
+
+fn promtool(sub: &[&str], files: &[PathBuf]) -> Command {
+    let mut cmd = Command::new("promtool");
+    cmd.current_dir(build::root()).args(sub);
+    for f in files {
+        // Relative paths keep the header short and promtool's messages readable.
+        cmd.arg(f.strip_prefix(build::root()).unwrap_or(f));
+    }
+    cmd
+}
+
+/// Runs a cargo test command, echoing its stdout and collecting the `test result:` lines.
+fn run_tests(cmd: &mut Command, summaries: &mut Summaries) -> Result<std::process::ExitStatus> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", display(cmd)))?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut out = std::io::stdout().lock();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        if line.trim_start().starts_with("test result:") {
+            summaries.lines.push(line.trim().to_owned());
+        }
+    }
+    Ok(child.wait()?)
+}
+
+pub fn run(args: TestArgs) -> Result<()> {
+    crate::setup::run()?;
+
+    let mut steps = vec![
+        step("format", cargo_with(&["fmt", "--all", "--check"])),
+        step(
+            "clippy",
+            cargo_with(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        ),
+        test_step(
+            "unit tests",
+            cargo_with(&[
+                "test",
+                "--workspace",
+                "--exclude",
+                "probe-tests",
+                "--no-fail-fast",
+            ]),
+        ),
+        test_step(
+            "eBPF ABI unit tests",
+            cargo_with(&["test", "-p", "probe-ebpf", "--lib"]),
+        ),
+        step("debug build", cargo_with(&["build", "-p", "probe-user"])),
+    ];
+    if !args.quick {
+        let probe = build::target_dir().join("debug").join("probe");
+        let mut cmd = cargo_with(&[
+            "test",
+            "-p",
+            "probe-tests",
+            "--no-fail-fast",
+            "--",
+            "--test-threads=1",
+        ]);
+        cmd.env("PROBE_BIN", &probe);
+        steps.push(test_step("integration tests", cmd));
+    }
+    let (rules, rule_tests) = rule_files()?;
+    if !rule_tests.is_empty() {
+        steps.push(step(
+            "alerting rule unit tests",
+            promtool(&["test", "rules"], &rule_tests),
+        ));
+    }
+    if !rules.is_empty() {
+        steps.push(step("rule syntax", promtool(&["check", "rules"], &rules)));
+    }
+
+    let mut summaries = Summaries::default();
+    let total = steps.len();
+    for (i, mut s) in steps.into_iter().enumerate() {
+        let shown = display(&s.cmd);
+        println!("\n==> xtask test [{}/{total}] {}: {shown}", i + 1, s.name);
+        std::io::stdout().flush()?;
+        let status = if s.tests {
+            run_tests(&mut s.cmd, &mut summaries)?
+        } else {
+            s.cmd
+                .status()
+                .with_context(|| format!("could not start `{shown}`"))?
+        };
+        if !status.success() {
+            print_summaries(&summaries);
+            if !summaries.lines.is_empty() {
+                let (passed, failed, ignored) = summaries.totals();
+                println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+            }
+            bail!("xtask test: step `{}` failed ({status}): {shown}", s.name);
+        }
+    }
+    if args.quick {
+        println!("\nxtask test: --quick: integration tests skipped");
+    }
+    print_summaries(&summaries);
+    let (passed, failed, ignored) = summaries.totals();
+    println!("xtask test: all steps passed");
+    // The plain closing line that CI's log reader counts, after cargo's own lines.
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    Ok(())
+}
+
+fn print_summaries(summaries: &Summaries) {
+    if summaries.lines.is_empty() {
+        return;
+    }
+    println!("\n==> xtask test: cargo test summaries");
+    for line in &summaries.lines {
+        println!("{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_cargo_test_results() {
+        let s = Summaries {
+            lines: vec![
+                "test result: ok. 12 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s".into(),
+                "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.50s".into(),
+            ],
+        };
+        assert_eq!(s.totals(), (15, 1, 2));
+    }
+}
