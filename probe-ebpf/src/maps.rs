@@ -61,9 +61,10 @@ pub static QDISC_SOJOURN: HashMap<u32, NsHist> = HashMap::with_max_entries(IFACE
 #[map(name = "ERRORS")]
 pub static ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(errors::COUNT, 0);
 
-/// A zeroed value built with volatile word stores. LLVM merges plain zero stores into a
-/// memset, which the BPF backend can only emit as a call to a byte-loop subprogram (dozens
-/// of instructions per key, on every packet); volatile stores cannot be merged.
+/// A zeroed value without a memset call. LLVM merges zero stores into a memset, which the
+/// BPF backend can only emit as a call to a byte-loop subprogram (dozens of instructions
+/// per key, on every packet). Word stores followed by an asm block that claims to read the
+/// memory keep LLVM from merging or re-deriving them.
 /// `T` must be 4-byte aligned with a size that is a multiple of 4 (all ABI keys are).
 #[inline(always)]
 pub fn zeroed<T: Copy>() -> T {
@@ -75,6 +76,11 @@ pub fn zeroed<T: Copy>() -> T {
         unsafe { core::ptr::write_volatile(w.add(i), 0) };
         i += 1;
     }
+    // SAFETY: a register move (an empty block would give two BTF line records one
+    // instruction, which the kernel rejects); it tells LLVM the memory at `w` may be read.
+    unsafe {
+        core::arch::asm!("{0} = {0}", inout(reg) w => _, options(nostack, readonly, preserves_flags))
+    };
     // SAFETY: every byte was written.
     unsafe { v.assume_init() }
 }
