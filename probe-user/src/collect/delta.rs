@@ -1,7 +1,9 @@
 //! Monotonic totals from kernel counters that can restart. An LRU map may evict an entry and
 //! recreate it from zero; summing per-tick deltas (and taking a recreated entry's value as
 //! its delta) keeps every exported counter monotonic.
-use std::{collections::HashMap, hash::Hash};
+use std::hash::Hash;
+
+use rustc_hash::FxHashMap as HashMap;
 
 /// Kernel entries keyed by `K` (the map key), totals keyed by `A` (the exported series).
 /// Values are flat vectors of counters of a fixed length per use.
@@ -14,9 +16,9 @@ pub struct DeltaTotals<K, A> {
 impl<K: Eq + Hash, A: Eq + Hash> Default for DeltaTotals<K, A> {
     fn default() -> Self {
         Self {
-            prev: HashMap::new(),
-            seen: HashMap::new(),
-            totals: HashMap::new(),
+            prev: HashMap::default(),
+            seen: HashMap::default(),
+            totals: HashMap::default(),
         }
     }
 }

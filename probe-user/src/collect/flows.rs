@@ -4,13 +4,11 @@
 //! when full, and this collector deletes flows idle longer than `idle_timeout`). Counters
 //! stay monotonic because only deltas since the previous tick are added to the per-series
 //! totals; a recreated entry is recognised by its new `first_seen_ns`.
-use std::{
-    collections::{HashMap as StdHashMap, HashSet},
-    net::IpAddr,
-};
+use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats, DIR_EGRESS};
+use rustc_hash::FxHashMap;
 
 use super::batch::MapReader;
 use crate::snapshot::ip_from_abi;
@@ -55,15 +53,17 @@ pub struct FlowCollector {
     flows: HashMap<MapData, FlowKey, FlowStats>,
     reader: MapReader,
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
-    prev: StdHashMap<FlowKey, FlowStats>,
-    totals: StdHashMap<SeriesKey, Totals>,
+    /// Last reading of each flow, and the tick it was last seen in.
+    prev: FxHashMap<FlowKey, (FlowStats, u64)>,
+    totals: FxHashMap<SeriesKey, Totals>,
+    tick: u64,
     evictions: u64,
     idle_timeout_ns: u64,
 }
 
 /// What one tick of the flow collector yields.
 pub struct FlowTick<'a> {
-    pub totals: &'a StdHashMap<SeriesKey, Totals>,
+    pub totals: &'a FxHashMap<SeriesKey, Totals>,
     /// (ifindex, direction) -> (bytes, packets) of non-IP traffic, cumulative.
     pub nonip: Vec<(IfaceKey, IfaceStats)>,
     pub tracked: u64,
@@ -90,8 +90,9 @@ impl FlowCollector {
             flows,
             reader,
             nonip,
-            prev: StdHashMap::new(),
-            totals: StdHashMap::new(),
+            prev: FxHashMap::default(),
+            totals: FxHashMap::default(),
+            tick: 0,
             evictions: 0,
             idle_timeout_ns,
         }
@@ -99,18 +100,19 @@ impl FlowCollector {
 
     /// `now_ns` is CLOCK_MONOTONIC, the clock bpf_ktime_get_ns reads.
     pub fn tick(&mut self, now_ns: u64) -> FlowTick<'_> {
-        let mut seen = StdHashMap::with_capacity(self.prev.len());
+        self.tick += 1;
+        let tick = self.tick;
         let mut idle = Vec::new();
         let flows = &self.flows;
         // An entry evicted mid-walk is simply absent: counted as an eviction below.
         let entries = self
             .reader
             .read(|| flows.iter().filter_map(Result::ok).collect());
+        // One lookup per flow in `prev`, updated in place; one in `totals`.
         for (k, v) in entries {
-            let before = self
-                .prev
-                .get(&k)
-                .filter(|b| b.first_seen_ns == v.first_seen_ns);
+            let slot = self.prev.entry(k).or_insert((FlowStats::default(), 0));
+            let before =
+                (slot.1 != 0 && slot.0.first_seen_ns == v.first_seen_ns).then_some(&slot.0);
             if let Some(peer) = peer_of(&k) {
                 let key = SeriesKey {
                     ifindex: k.ifindex,
@@ -119,26 +121,21 @@ impl FlowCollector {
                 };
                 self.totals.entry(key).or_default().add_delta(&v, before);
             }
+            *slot = (v, tick);
             if now_ns.saturating_sub(v.last_seen_ns) > self.idle_timeout_ns {
                 idle.push(k);
             }
-            seen.insert(k, v);
         }
-        // Flows we had and the map no longer has were evicted by the kernel.
-        let mut deleted = HashSet::new();
+        // Idle flows were counted to their last byte: delete them from the kernel map.
         for k in idle {
             if self.flows.remove(&k).is_ok() {
-                deleted.insert(k);
-                seen.remove(&k);
+                self.prev.remove(&k);
             }
         }
-        self.evictions += self
-            .prev
-            .keys()
-            .filter(|k| !seen.contains_key(*k) && !deleted.contains(*k))
-            .count() as u64;
-        // Keys idle-deleted this tick were fully counted; they must not look evicted next tick.
-        self.prev = seen;
+        // Flows we had and the map no longer has were evicted by the kernel.
+        let before = self.prev.len();
+        self.prev.retain(|_, (_, seen)| *seen == tick);
+        self.evictions += (before - self.prev.len()) as u64;
 
         let nonip = self
             .nonip

@@ -1,9 +1,10 @@
 //! Reads the sock_ops connection map and the per-peer TCP map each tick: per-peer smoothed
 //! RTT, minimum RTT, RTT histogram and retransmitted segments.
-use std::{collections::HashMap as StdHashMap, net::IpAddr};
+use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, PeerKey, PeerTcp, LOG2_BUCKETS, TCP_CLOSE};
+use rustc_hash::FxHashMap;
 
 use super::{batch::MapReader, delta::DeltaTotals};
 use crate::snapshot::{ip_from_abi, peer_label, Histogram, PeerSeries};
@@ -24,7 +25,7 @@ pub struct TcpCollector {
     reader: MapReader,
     peers: HashMap<MapData, PeerKey, PeerTcp>,
     totals: DeltaTotals<PeerKey, IpAddr>,
-    prev_samples: StdHashMap<ConnKey, u64>,
+    prev_samples: FxHashMap<ConnKey, u64>,
 }
 
 #[derive(Default)]
@@ -46,7 +47,7 @@ impl TcpCollector {
             reader,
             peers,
             totals: DeltaTotals::default(),
-            prev_samples: StdHashMap::new(),
+            prev_samples: FxHashMap::default(),
         }
     }
 
@@ -58,8 +59,9 @@ impl TcpCollector {
         }
         self.totals.finish();
 
-        let mut aggs: StdHashMap<IpAddr, ConnAgg> = StdHashMap::new();
-        let mut samples = StdHashMap::with_capacity(self.prev_samples.len());
+        let mut aggs: FxHashMap<IpAddr, ConnAgg> = FxHashMap::default();
+        let mut samples =
+            FxHashMap::with_capacity_and_hasher(self.prev_samples.len(), Default::default());
         let mut closed = Vec::new();
         let conns = &self.conns;
         let entries = self

@@ -306,6 +306,16 @@ fn render_throughput(s: &mut String, t: &Throughput) {
     let wall: f64 = t.rounds.iter().map(|r| r.wall_seconds).sum();
     let rss = t.rounds.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0);
     let (rx, tx) = t.wire_packets();
+    let all: f64 = t.programs().values().map(|(secs, _)| secs).sum();
+    let iperf_seconds = t.seconds as f64 * t.rounds.len() as f64;
+    let _ = writeln!(
+        s,
+        "\nAll probe programs together (TC, sock_ops, tracepoints) ran {:.0} ms in the {iperf_seconds:.0} s \
+         of with-probe iperf3: {:.2}% of one core, {} ns per wire packet on the veth.",
+        all * 1e3,
+        100.0 * all / iperf_seconds,
+        fmt_opt(ns_per(all, rx + tx), 1)
+    );
     let _ = writeln!(
         s,
         "\nDuring the with-probe runs: daemon CPU {:.2}% of one core ({cpu:.2} s over {wall:.1} s, \
@@ -568,5 +578,9 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 2 | 12.000 | 11.800 |"), "{md}");
+        assert!(
+            md.contains("ran 500 ms in the 1 s of with-probe iperf3: 50.00% of one core, 25.0 ns per wire packet"),
+            "{md}"
+        );
     }
 }
