@@ -2,7 +2,6 @@
 //! the include patterns only now) and detach from those that went away.
 use std::collections::HashSet;
 
-use anyhow::Result;
 use aya::Ebpf;
 
 use crate::{
@@ -21,16 +20,15 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
-    pub async fn reconcile(
+    pub fn reconcile(
         &mut self,
         cfg: &Config,
-        handle: &rtnetlink::Handle,
+        all: &[Iface],
         ebpf: &mut Ebpf,
         tc: &mut TcAttacher,
         collector: &mut Collector,
         folder: &mut PeerFolder,
-    ) -> Result<()> {
-        let all = iface::list(handle).await?;
+    ) {
         let present: HashSet<u32> = all.iter().map(|i| i.index).collect();
         let gone: Vec<Iface> = tc
             .attached()
@@ -56,6 +54,5 @@ impl Lifecycle {
                 self.failed.insert((i.index, i.name.clone()));
             }
         }
-        Ok(())
     }
 }

@@ -51,7 +51,7 @@ async fn daemon(cfg: Config) -> Result<()> {
 
     let (conn, handle, _) = rtnetlink::new_connection().context("opening rtnetlink")?;
     tokio::spawn(conn);
-    let all = iface::list(&handle).await?;
+    let all = iface::from_dump(&iface::dump(&handle).await?);
     let selected = iface::select(&cfg, &all)?;
     if selected.is_empty() {
         tracing::warn!(
@@ -167,12 +167,17 @@ async fn serve(
             _ = sigint.recv() => break Ok(()),
         }
         let mut c = collector.take().expect("collector is returned every tick");
-        if let Err(e) = lifecycle
-            .reconcile(cfg, handle, &mut loaded.ebpf, tc, &mut c, &mut folder)
-            .await
-        {
-            tracing::warn!("interface scan failed: {e:#}");
-        }
+        let links = match iface::dump(handle).await {
+            Ok(links) => {
+                let all = iface::from_dump(&links);
+                lifecycle.reconcile(cfg, &all, &mut loaded.ebpf, tc, &mut c, &mut folder);
+                Some(links)
+            }
+            Err(e) => {
+                tracing::warn!("interface scan failed: {e:#}");
+                None
+            }
+        };
         let ifnames: HashMap<u32, String> =
             tc.attached().map(|i| (i.index, i.name.clone())).collect();
         // Map walks are syscalls: keep them off the async thread.
@@ -197,18 +202,15 @@ async fn serve(
         snap.interfaces = ifaces;
         snap.programs = progstats::read(&loaded.ebpf);
         snap.hooks = hooks.clone();
-        match netlink::links(handle).await {
-            Ok(links) => {
-                snap.links = links
-                    .into_iter()
-                    .filter_map(|l| {
-                        let iface = ifnames.get(&l.ifindex)?.clone();
-                        Some(LinkSeries { iface, stats: l })
-                    })
-                    .collect();
-                snap.links.sort_by(|a, b| a.iface.cmp(&b.iface));
-            }
-            Err(e) => tracing::warn!("{e:#}"),
+        if let Some(links) = &links {
+            snap.links = netlink::links(links)
+                .into_iter()
+                .filter_map(|l| {
+                    let iface = ifnames.get(&l.ifindex)?.clone();
+                    Some(LinkSeries { iface, stats: l })
+                })
+                .collect();
+            snap.links.sort_by(|a, b| a.iface.cmp(&b.iface));
         }
         match netlink::qdiscs(handle).await {
             Ok(q) => {

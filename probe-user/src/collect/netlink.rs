@@ -54,15 +54,9 @@ fn link_stats(m: &LinkMessage) -> Option<LinkStats> {
     })
 }
 
-pub async fn links(handle: &rtnetlink::Handle) -> Result<Vec<LinkStats>> {
-    let msgs: Vec<LinkMessage> = handle
-        .link()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .context("reading link statistics")?;
-    Ok(msgs.iter().filter_map(link_stats).collect())
+/// Link statistics from a link dump (see host::iface::dump).
+pub fn links(msgs: &[LinkMessage]) -> Vec<LinkStats> {
+    msgs.iter().filter_map(link_stats).collect()
 }
 
 /// `tc`'s notation for a handle: `8001:` for a qdisc, `1:10` for a class, `root`.

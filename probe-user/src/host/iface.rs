@@ -50,16 +50,21 @@ impl Iface {
     }
 }
 
-/// Every interface in this network namespace.
-pub async fn list(handle: &rtnetlink::Handle) -> Result<Vec<Iface>> {
-    let msgs: Vec<LinkMessage> = handle
+/// One rtnetlink dump of every link in this network namespace. Each tick makes one and
+/// uses it twice: for interface lifecycle and for link statistics.
+pub async fn dump(handle: &rtnetlink::Handle) -> Result<Vec<LinkMessage>> {
+    handle
         .link()
         .get()
         .execute()
         .try_collect()
         .await
-        .context("listing interfaces over rtnetlink")?;
-    Ok(msgs.iter().filter_map(Iface::from_message).collect())
+        .context("listing interfaces over rtnetlink")
+}
+
+/// The interfaces in a dump.
+pub fn from_dump(msgs: &[LinkMessage]) -> Vec<Iface> {
+    msgs.iter().filter_map(Iface::from_message).collect()
 }
 
 /// True when the config wants `iface` monitored (ignoring whether it can be).
