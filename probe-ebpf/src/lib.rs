@@ -58,15 +58,17 @@ pub mod errors {
     pub const BURSTS_FULL: u32 = 3;
     pub const QDISC_INFLIGHT_FULL: u32 = 4;
     pub const NONIP_FULL: u32 = 5;
+    pub const SOJOURN_FULL: u32 = 6;
     pub const COUNT: u32 = 8;
     /// Map names for the exported label, by slot.
-    pub const NAMES: [&str; 6] = [
+    pub const NAMES: [&str; 7] = [
         "FLOWS",
         "CONNS",
         "PEER_TCP",
         "PEER_BURSTS",
         "QDISC_INFLIGHT",
         "NONIP",
+        "QDISC_SOJOURN",
     ];
 }
 

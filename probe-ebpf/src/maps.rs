@@ -55,7 +55,14 @@ pub static QDISC_INFLIGHT: LruHashMap<u64, Inflight> =
 
 /// Sojourn time histogram per interface.
 #[map(name = "QDISC_SOJOURN")]
-pub static QDISC_SOJOURN: HashMap<u32, NsHist> = HashMap::with_max_entries(IFACES_MAX_ENTRIES, 0);
+pub static QDISC_SOJOURN: LruHashMap<u32, NsHist> =
+    LruHashMap::with_max_entries(IFACES_MAX_ENTRIES, 0);
+
+pub static ZERO_NS_HIST: NsHist = NsHist {
+    buckets: [0; probe_ebpf::LOG2_BUCKETS],
+    count: 0,
+    sum_ns: 0,
+};
 
 /// Inserts refused by a full map, by slot (see probe_ebpf::errors).
 #[map(name = "ERRORS")]
@@ -120,8 +127,8 @@ pub fn bucket_index(mut b: usize) -> usize {
 
 const _: () = assert!(probe_ebpf::LOG2_BUCKETS == 32);
 
-/// Looks `key` up, inserting `init()` first if it is absent. None when the map refuses the
-/// insert (a full non-LRU map) and the entry still is not there.
+/// Looks `key` up, inserting `init()` first if it is absent (built only on a miss: zeroing a
+/// value costs on every packet).
 #[inline(always)]
 pub fn lookup_or_init<K, V>(
     map: &LruHashMap<K, V>,
@@ -132,9 +139,30 @@ pub fn lookup_or_init<K, V>(
     if let Some(p) = map.get_ptr_mut(key) {
         return Some(p);
     }
-    // Built only on a miss: the value is large, and zeroing it costs on every packet.
     // NOEXIST: if another CPU inserted it meanwhile, keep theirs.
     let _ = map.insert(key, init(), BPF_NOEXIST as u64);
+    inserted(map, key, error_slot)
+}
+
+/// Like lookup_or_init, from a static template: for values too large to build on the
+/// 512-byte BPF stack (histograms).
+#[inline(always)]
+pub fn lookup_or_copy<K, V>(
+    map: &LruHashMap<K, V>,
+    key: &K,
+    template: &V,
+    error_slot: u32,
+) -> Option<*mut V> {
+    if let Some(p) = map.get_ptr_mut(key) {
+        return Some(p);
+    }
+    let _ = map.insert(key, template, BPF_NOEXIST as u64);
+    inserted(map, key, error_slot)
+}
+
+/// The entry just inserted (by this CPU or another), or None, counted, if the map refused.
+#[inline(always)]
+fn inserted<K, V>(map: &LruHashMap<K, V>, key: &K, error_slot: u32) -> Option<*mut V> {
     let p = map.get_ptr_mut(key);
     if p.is_none() {
         count_error(error_slot);
@@ -142,48 +170,18 @@ pub fn lookup_or_init<K, V>(
     p
 }
 
-/// The per-peer TCP entry for `key`, created empty if needed.
-#[inline(always)]
-pub fn peer_tcp(key: &PeerKey) -> Option<*mut PeerTcp> {
-    if let Some(p) = PEER_TCP.get_ptr_mut(key) {
-        return Some(p);
-    }
-    // PeerTcp is 288 bytes: too large for the 512-byte BPF stack alongside the rest, so
-    // build the zeroed value in place via a static zero template.
-    let _ = PEER_TCP.insert(key, &ZERO_PEER, BPF_NOEXIST as u64);
-    let p = PEER_TCP.get_ptr_mut(key);
-    if p.is_none() {
-        count_error(errors::PEERS_FULL);
-    }
-    p
-}
-
-/// The burst histogram entry for `key`, created empty if needed.
-#[inline(always)]
-pub fn peer_bursts(key: &BurstKey) -> Option<*mut BurstHist> {
-    if let Some(p) = PEER_BURSTS.get_ptr_mut(key) {
-        return Some(p);
-    }
-    let _ = PEER_BURSTS.insert(key, &ZERO_BURSTS, BPF_NOEXIST as u64);
-    let p = PEER_BURSTS.get_ptr_mut(key);
-    if p.is_none() {
-        count_error(errors::BURSTS_FULL);
-    }
-    p
-}
-
-static ZERO_BURSTS: BurstHist = BurstHist {
-    size_buckets: [0; probe_ebpf::LOG2_BUCKETS],
-    duration_buckets: [0; probe_ebpf::LOG2_BUCKETS],
-    count: 0,
-    bytes: 0,
-    duration_ns: 0,
-};
-
-static ZERO_PEER: PeerTcp = PeerTcp {
+pub static ZERO_PEER: PeerTcp = PeerTcp {
     rtt_buckets: [0; probe_ebpf::LOG2_BUCKETS],
     rtt_count: 0,
     rtt_sum_us: 0,
     retrans_segs: 0,
     retrans_events: 0,
+};
+
+pub static ZERO_BURSTS: BurstHist = BurstHist {
+    size_buckets: [0; probe_ebpf::LOG2_BUCKETS],
+    duration_buckets: [0; probe_ebpf::LOG2_BUCKETS],
+    count: 0,
+    bytes: 0,
+    duration_ns: 0,
 };

@@ -10,9 +10,11 @@ use aya_ebpf::{
     macros::sock_ops,
     programs::SockOpsContext,
 };
-use probe_ebpf::{errors, log2_bucket, ConnKey, ConnStats, PeerKey, AF_INET, AF_INET6, TCP_CLOSE};
+use probe_ebpf::{errors, log2_bucket, ConnKey, ConnStats, PeerKey, AF_INET, AF_INET6};
 
-use crate::maps::{atomic_add, bucket_index, lookup_or_init, peer_tcp, zeroed, CONNS};
+use crate::maps::{
+    atomic_add, bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, PEER_TCP, ZERO_PEER,
+};
 
 #[sock_ops]
 pub fn sockops_tcp(ctx: SockOpsContext) -> u32 {
@@ -106,7 +108,7 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                     (*v).rtt_samples += 1;
                 }
             }
-            let t = peer_tcp(&p)?;
+            let t = lookup_or_copy(&PEER_TCP, &p, &ZERO_PEER, errors::PEERS_FULL)?;
             // SAFETY: live map value; the bucket index is clamped by log2_bucket.
             unsafe {
                 let b = bucket_index(log2_bucket(mrtt));
@@ -123,7 +125,7 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             if let Some(v) = CONNS.get_ptr_mut(&c) {
                 refresh(ctx, v);
             }
-            let t = peer_tcp(&p)?;
+            let t = lookup_or_copy(&PEER_TCP, &p, &ZERO_PEER, errors::PEERS_FULL)?;
             unsafe { atomic_add(&mut (*t).retrans_segs, segs) };
         }
         BPF_SOCK_OPS_STATE_CB => {
@@ -134,7 +136,6 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                 refresh(ctx, v);
                 unsafe { (*v).state = new_state };
             }
-            let _ = TCP_CLOSE;
         }
         _ => {}
     }

@@ -17,8 +17,8 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    atomic_add, bucket_index, count_error, lookup_or_init, peer_bursts, zeroed, FLOWS, NONIP,
-    QDISC_IFACES, QDISC_INFLIGHT,
+    atomic_add, bucket_index, count_error, lookup_or_copy, lookup_or_init, zeroed, FLOWS, NONIP,
+    PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, ZERO_BURSTS,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -237,7 +237,7 @@ fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
     key.ifindex = k.ifindex;
     key.family = k.family;
     key.direction = k.direction;
-    let Some(h) = peer_bursts(&key) else {
+    let Some(h) = lookup_or_copy(&PEER_BURSTS, &key, &ZERO_BURSTS, errors::BURSTS_FULL) else {
         return;
     };
     // SAFETY: live map value; bucket_index bounds both offsets to the arrays.

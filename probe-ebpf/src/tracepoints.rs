@@ -5,10 +5,11 @@ use aya_ebpf::{
     macros::tracepoint,
     programs::TracePointContext,
 };
-use probe_ebpf::{log2_bucket, ConnKey, NsHist, PeerKey, AF_INET, AF_INET6};
+use probe_ebpf::{errors, log2_bucket, ConnKey, PeerKey, AF_INET, AF_INET6};
 
 use crate::maps::{
-    atomic_add, bucket_index, peer_tcp, zeroed, CONNS, DROPS, QDISC_INFLIGHT, QDISC_SOJOURN,
+    atomic_add, bucket_index, lookup_or_copy, zeroed, CONNS, DROPS, PEER_TCP, QDISC_INFLIGHT,
+    QDISC_SOJOURN, ZERO_NS_HIST, ZERO_PEER,
 };
 
 // Field offsets in the tracepoint record, patched by the loader from the event's `format`
@@ -85,7 +86,7 @@ fn retransmit(ctx: &TracePointContext) -> Option<()> {
     let mut p: PeerKey = zeroed();
     p.addr = c.raddr;
     p.family = c.family;
-    let t = peer_tcp(&p)?;
+    let t = lookup_or_copy(&PEER_TCP, &p, &ZERO_PEER, errors::PEERS_FULL)?;
     unsafe { atomic_add(&mut (*t).retrans_events, 1) };
     // Sockets sock_ops tracks report exact segment counts through RETRANS_CB; count the
     // others here, one segment per event.
@@ -139,13 +140,12 @@ fn dequeue(ctx: &TracePointContext) -> Option<()> {
     let now = unsafe { bpf_ktime_get_ns() };
     let ns = now.saturating_sub(rec.enqueued_ns);
     let ifindex = rec.ifindex;
-    let h = match QDISC_SOJOURN.get_ptr_mut(&ifindex) {
-        Some(h) => h,
-        None => {
-            let _ = QDISC_SOJOURN.insert(&ifindex, &ZERO_NS_HIST, 0);
-            QDISC_SOJOURN.get_ptr_mut(&ifindex)?
-        }
-    };
+    let h = lookup_or_copy(
+        &QDISC_SOJOURN,
+        &ifindex,
+        &ZERO_NS_HIST,
+        errors::SOJOURN_FULL,
+    )?;
     // SAFETY: live map value; bucket_index bounds the offset.
     unsafe {
         atomic_add(
@@ -157,12 +157,6 @@ fn dequeue(ctx: &TracePointContext) -> Option<()> {
     }
     Some(())
 }
-
-static ZERO_NS_HIST: NsHist = NsHist {
-    buckets: [0; probe_ebpf::LOG2_BUCKETS],
-    count: 0,
-    sum_ns: 0,
-};
 
 /// `tcp:tcp_probe` fires for every segment a TCP socket receives (fast path included),
 /// with the socket's current smoothed RTT. It keeps the srtt of connections sock_ops tracks
