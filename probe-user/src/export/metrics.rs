@@ -167,16 +167,12 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         "Open TCP connections to a peer tracked by sock_ops",
         s.peers.iter().map(|p| (peer(p), p.connections as f64)),
     )?;
-    let mut m = enc.encode_descriptor(
+    histogram_family(
+        enc,
         "probe_tcp_rtt_seconds",
         "RTT samples to a peer, one per round trip per connection (log2 buckets)",
-        None,
-        MetricType::Histogram,
+        s.peers.iter().map(|p| (peer(p), &p.rtt)),
     )?;
-    for p in &s.peers {
-        m.encode_family(&[("peer", p.peer.as_str())])?
-            .encode_histogram::<NoLabelSet>(p.rtt.sum, p.rtt.count, &per_bucket(&p.rtt), None)?;
-    }
     counter(
         enc,
         "probe_tcp_retransmits",
