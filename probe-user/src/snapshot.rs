@@ -35,6 +35,51 @@ pub struct Snapshot {
     /// Peers whose traffic is folded into peer="other" (beyond the top-K).
     pub peers_folded: u64,
     pub rdma: Option<Arc<RdmaSnapshot>>,
+    /// The flows that moved the most bytes in the last tick, with their burst state.
+    pub top_flows: Vec<FlowDetail>,
+    /// Open TCP connections with the largest smoothed RTT.
+    pub slow_connections: Vec<ConnDetail>,
+}
+
+/// One flow (one direction on one interface), from the kernel's per-flow state. JSON only:
+/// per-flow metric series would be unbounded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FlowDetail {
+    pub iface: String,
+    pub direction: &'static str,
+    pub proto: u8,
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dport: u16,
+    /// Bytes in the last tick, and since the flow was first seen.
+    pub tick_bytes: u64,
+    pub bytes: u64,
+    pub packets: u64,
+    /// Bursts ended so far, the one in progress, the last ended one and the largest.
+    pub bursts: u64,
+    pub burst_bytes: u64,
+    pub last_burst_bytes: u64,
+    pub last_burst_seconds: f64,
+    pub max_burst_bytes: u64,
+}
+
+/// One TCP connection tracked by sock_ops, as its socket last reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ConnDetail {
+    pub local: String,
+    pub peer: String,
+    pub local_port: u16,
+    pub peer_port: u16,
+    pub srtt_seconds: f64,
+    pub min_rtt_seconds: f64,
+    pub snd_cwnd: u32,
+    pub packets_in_flight: u32,
+    pub retrans_in_flight: u32,
+    pub total_retrans: u32,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub state: u32,
 }
 
 /// Ended bursts of one peer's traffic on one interface in one direction (cumulative).

@@ -10,7 +10,10 @@ use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats, DIR_EGRESS};
 use rustc_hash::FxHashMap;
 
-use super::batch::MapReader;
+use super::{batch::MapReader, top::TopN};
+
+/// Flows reported in the snapshot's top_flows.
+const TOP_FLOWS: usize = 32;
 use crate::snapshot::ip_from_abi;
 
 /// One exported series: traffic to/from one peer on one interface in one direction.
@@ -68,6 +71,8 @@ pub struct FlowTick<'a> {
     pub nonip: Vec<(IfaceKey, IfaceStats)>,
     pub tracked: u64,
     pub evictions: u64,
+    /// (bytes this tick, key, state) of the busiest flows.
+    pub top: Vec<(u64, FlowKey, FlowStats)>,
 }
 
 pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
@@ -103,6 +108,7 @@ impl FlowCollector {
         self.tick += 1;
         let tick = self.tick;
         let mut idle = Vec::new();
+        let mut top = TopN::new(TOP_FLOWS);
         let flows = &self.flows;
         // An entry evicted mid-walk is simply absent: counted as an eviction below.
         let entries = self
@@ -120,6 +126,10 @@ impl FlowCollector {
                     peer,
                 };
                 self.totals.entry(key).or_default().add_delta(&v, before);
+            }
+            let tick_bytes = v.bytes - before.map_or(0, |b| b.bytes.min(v.bytes));
+            if tick_bytes > 0 {
+                top.push(tick_bytes, (k, v));
             }
             *slot = (v, tick);
             if now_ns.saturating_sub(v.last_seen_ns) > self.idle_timeout_ns {
@@ -155,6 +165,11 @@ impl FlowCollector {
             nonip,
             tracked: self.prev.len() as u64,
             evictions: self.evictions,
+            top: top
+                .into_sorted()
+                .into_iter()
+                .map(|(b, (k, v))| (b, k, v))
+                .collect(),
         }
     }
 

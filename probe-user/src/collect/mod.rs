@@ -10,6 +10,7 @@ pub mod progstats;
 pub mod rdma;
 pub mod sojourn;
 pub mod tcp;
+pub mod top;
 
 use std::{collections::HashMap, time::Duration};
 
@@ -21,7 +22,8 @@ use aya::{
 use probe_ebpf::{names, DIR_EGRESS};
 
 use crate::snapshot::{
-    peer_label, BurstSeries, DropSeries, FlowSeries, MapFull, NonIpSeries, Snapshot, SojournSeries,
+    ip_from_abi, peer_label, BurstSeries, DropSeries, FlowDetail, FlowSeries, MapFull, NonIpSeries,
+    Snapshot, SojournSeries,
 };
 
 /// Flows idle this long are removed from the kernel map after their last count is read.
@@ -119,6 +121,32 @@ impl Collector {
                 packets: v.packets,
             });
         }
+        for (tick_bytes, k, v) in ft.top {
+            let (Some(iface), Some(src), Some(dst)) = (
+                ifnames.get(&k.ifindex),
+                ip_from_abi(k.family, &k.src),
+                ip_from_abi(k.family, &k.dst),
+            ) else {
+                continue;
+            };
+            snap.top_flows.push(FlowDetail {
+                iface: iface.clone(),
+                direction: direction_label(k.direction),
+                proto: k.proto,
+                src: peer_label(src),
+                dst: peer_label(dst),
+                sport: k.sport,
+                dport: k.dport,
+                tick_bytes,
+                bytes: v.bytes,
+                packets: v.packets,
+                bursts: v.bursts,
+                burst_bytes: v.burst_bytes,
+                last_burst_bytes: v.last_burst_bytes,
+                last_burst_seconds: v.last_burst_ns as f64 * 1e-9,
+                max_burst_bytes: v.max_burst_bytes,
+            });
+        }
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
         snap.flows.sort_by(|a, b| {
@@ -126,7 +154,7 @@ impl Collector {
         });
         snap.nonip
             .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
-        snap.peers = self.tcp.tick();
+        (snap.peers, snap.slow_connections) = self.tcp.tick();
         for (k, b) in self.bursts.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;

@@ -6,8 +6,11 @@ use aya::maps::{HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, PeerKey, PeerTcp, LOG2_BUCKETS, TCP_CLOSE};
 use rustc_hash::FxHashMap;
 
-use super::{batch::MapReader, delta::DeltaTotals};
-use crate::snapshot::{ip_from_abi, peer_label, Histogram, PeerSeries};
+use super::{batch::MapReader, delta::DeltaTotals, top::TopN};
+use crate::snapshot::{ip_from_abi, peer_label, ConnDetail, Histogram, PeerSeries};
+
+/// Connections reported in the snapshot's slow_connections.
+const TOP_CONNECTIONS: usize = 32;
 
 /// PeerTcp as a flat counter vector for DeltaTotals: buckets, count, sum, segs, events.
 fn flatten(p: &PeerTcp) -> Vec<u64> {
@@ -51,7 +54,9 @@ impl TcpCollector {
         }
     }
 
-    pub fn tick(&mut self) -> Vec<PeerSeries> {
+    /// Per-peer series, and the open connections with the largest srtt.
+    pub fn tick(&mut self) -> (Vec<PeerSeries>, Vec<ConnDetail>) {
+        let mut slow = TopN::new(TOP_CONNECTIONS);
         for (k, v) in self.peers.iter().filter_map(Result::ok) {
             if let Some(peer) = ip_from_abi(k.family, &k.addr) {
                 self.totals.add(k, peer, flatten(&v));
@@ -78,6 +83,9 @@ impl TcpCollector {
             let active =
                 self.prev_samples.get(&k).is_none_or(|n| c.rtt_samples > *n) && c.rtt_samples > 0;
             samples.insert(k, c.rtt_samples);
+            if c.srtt_us > 0 {
+                slow.push(c.srtt_us.into(), (k, c));
+            }
             let a = aggs.entry(peer).or_default();
             a.open += 1;
             if c.srtt_us > 0 {
@@ -130,6 +138,27 @@ impl TcpCollector {
             });
         }
         out.sort_by(|a, b| a.peer.cmp(&b.peer));
-        out
+        let slow = slow
+            .into_sorted()
+            .into_iter()
+            .filter_map(|(_, (k, c))| {
+                Some(ConnDetail {
+                    local: peer_label(ip_from_abi(k.family, &k.laddr)?),
+                    peer: peer_label(ip_from_abi(k.family, &k.raddr)?),
+                    local_port: k.lport,
+                    peer_port: k.rport,
+                    srtt_seconds: c.srtt_us as f64 * 1e-6,
+                    min_rtt_seconds: c.min_rtt_us as f64 * 1e-6,
+                    snd_cwnd: c.snd_cwnd,
+                    packets_in_flight: c.packets_out,
+                    retrans_in_flight: c.retrans_out,
+                    total_retrans: c.total_retrans,
+                    bytes_acked: c.bytes_acked,
+                    bytes_received: c.bytes_received,
+                    state: c.state,
+                })
+            })
+            .collect();
+        (out, slow)
     }
 }

@@ -1,0 +1,125 @@
+//! The JSON snapshot's per-connection and per-flow detail against the kernel's own view:
+//! `slow_connections` vs `ss -tin` for the same socket (bytes acked, srtt), and `top_flows`
+//! vs the veth's own transmit counter for the same traffic.
+//!
+//! A tbf at 20 Mbit/s keeps the flow slow enough that reading the kernel a few milliseconds
+//! after probe's tick moves the numbers by well under the tolerance; offloads are off so
+//! the veth counts wire packets, as probe does.
+use probe_tests::iperf::{self, ClientOpts};
+use probe_tests::{cmd, kernel, rel_diff, Pair, PairOpts, Probe, ProbeOpts};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn snapshot(probe: &Probe) -> Value {
+    let body = probe.get("/api/v1/snapshot").unwrap().body;
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The snapshot of the next tick, returned as soon as it appears, so the kernel can be read
+/// right after it.
+fn next_tick(probe: &Probe) -> Value {
+    let t0 = snapshot(probe)["time_unix"].as_f64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = snapshot(probe);
+        if s["time_unix"].as_f64().unwrap() != t0 {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "no new tick within 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn connection_and_flow_detail_match_the_kernel() {
+    cmd::require_root_and(&["ip", "nsenter", "iperf3", "tc", "ss", "ethtool"]);
+    let pair = Pair::with(
+        71,
+        PairOpts {
+            ipv6: false,
+            no_offloads: true,
+        },
+    )
+    .unwrap();
+    let iface = pair.veth_a.as_str();
+    pair.a
+        .run(&[
+            "tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate", "20mbit", "burst", "256kb",
+            "latency", "100ms",
+        ])
+        .unwrap();
+    let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
+    let probe = Probe::start(&pair.a, ProbeOpts::iface(iface));
+    probe.wait_ticks(1);
+    let k0 = kernel::iface_counters(&pair.a, iface).unwrap();
+    let client =
+        iperf::Client::start(&pair.a, pair.ip_b.into(), iperf::PORT, &ClientOpts::tcp(8)).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+
+    let snap = next_tick(&probe);
+    let conns = kernel::ss_tcp(&pair.a).unwrap();
+    let k1 = kernel::iface_counters(&pair.a, iface).unwrap();
+    let ss = kernel::busiest_conn(&conns, pair.ip_b.into(), Some(iperf::PORT))
+        .expect("ss lost the data connection")
+        .clone();
+    let peer = pair.ip_b.to_string();
+    let port = ss.local.port() as u64;
+
+    // The same socket in probe's view: matched by its ports.
+    let c = snap["slow_connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["peer"] == peer.as_str() && c["local_port"].as_u64() == Some(port))
+        .unwrap_or_else(|| panic!("no connection :{port} -> {peer} in {snap:#}"))
+        .clone();
+    assert_eq!(c["peer_port"].as_u64(), Some(iperf::PORT as u64));
+    let acked = c["bytes_acked"].as_f64().unwrap();
+    eprintln!(
+        "bytes acked: probe {acked} ss {}; srtt: probe {:.3} ms ss {:?} ms",
+        ss.bytes_acked,
+        c["srtt_seconds"].as_f64().unwrap() * 1e3,
+        ss.rtt_ms
+    );
+    assert!(ss.bytes_acked > 5_000_000, "too little traffic: {ss:?}");
+    // sock_ops refreshes bytes_acked once per round trip (~the tbf queue, <= 100 ms here).
+    assert!(
+        rel_diff(acked, ss.bytes_acked as f64) <= 0.10,
+        "bytes acked: probe {acked} vs ss {}",
+        ss.bytes_acked
+    );
+    let srtt_ms = c["srtt_seconds"].as_f64().unwrap() * 1e3;
+    let ss_srtt = ss.rtt_ms.unwrap();
+    assert!(
+        rel_diff(srtt_ms, ss_srtt) <= 0.20,
+        "srtt: probe {srtt_ms:.3} ms vs ss {ss_srtt:.3} ms"
+    );
+
+    // The data flow, egress on the veth, against the veth's own transmit counter since
+    // before the traffic started (the only other egress is iperf3's small control flow).
+    let f = snap["top_flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["iface"] == iface
+                && f["direction"] == "egress"
+                && f["dst"] == peer.as_str()
+                && f["sport"].as_u64() == Some(port)
+        })
+        .unwrap_or_else(|| panic!("the data flow is not among top_flows: {snap:#}"))
+        .clone();
+    let bytes = f["bytes"].as_f64().unwrap();
+    let tx = (k1 - k0).tx_bytes;
+    eprintln!("flow bytes: probe {bytes} veth tx {tx}");
+    assert!(
+        rel_diff(bytes, tx) <= 0.05,
+        "flow bytes: probe {bytes} vs veth tx {tx}"
+    );
+    let tick_bytes = f["tick_bytes"].as_f64().unwrap();
+    assert!(
+        tick_bytes > 0.0 && tick_bytes <= bytes,
+        "tick_bytes {tick_bytes} of {bytes}"
+    );
+    client.finish().unwrap();
+}
