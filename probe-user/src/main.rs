@@ -6,14 +6,17 @@ use std::{io::IsTerminal as _, process::ExitCode};
 
 use clap::Parser as _;
 
+mod apiclient;
 mod bpf;
 mod cli;
 mod collect;
 mod config;
 mod export;
+mod features;
 mod fold;
 mod host;
 mod lifecycle;
+mod observe;
 mod record;
 mod run;
 mod snapshot;

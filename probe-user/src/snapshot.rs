@@ -11,6 +11,8 @@ use crate::collect::{
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
+    /// Tick sequence number since the daemon started (1, 2, ...): a gap means a missed tick.
+    pub tick: u64,
     /// Wall-clock time of the tick (seconds since the Unix epoch).
     pub time_unix: f64,
     pub tick_seconds: f64,
@@ -39,6 +41,14 @@ pub struct Snapshot {
     pub top_flows: Vec<FlowDetail>,
     /// Open TCP connections with the largest smoothed RTT.
     pub slow_connections: Vec<ConnDetail>,
+    /// Bursts that ended since the previous tick, one event each, in start order.
+    pub burst_events: Vec<crate::observe::BurstEvent>,
+    /// Burst events the kernel could not hand over (ring buffer full), cumulative.
+    pub events_lost: u64,
+    /// This tick's observations of every entity, before the top-K fold.
+    pub observations: Vec<crate::observe::Observation>,
+    /// This tick's features of every entity (names in docs/features.md).
+    pub features: Vec<crate::features::FeatureRow>,
 }
 
 /// One flow (one direction on one interface), from the kernel's per-flow state. JSON only:

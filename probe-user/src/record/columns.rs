@@ -3,17 +3,7 @@
 //! types). Adding a column: a field in [`Row`], an entry in [`COLUMNS`], a line in the docs.
 //! A field without an entry is never read, which the compiler reports.
 
-/// Kinds of entity a row describes (the `entity_kind` column).
-pub const PEER: &str = "peer";
-pub const INTERFACE: &str = "interface";
-pub const QDISC: &str = "qdisc";
-pub const RDMA_PORT: &str = "rdma_port";
-pub const DROP_REASON: &str = "drop_reason";
-pub const HOST: &str = "host";
-
-/// Every entity kind, in the order rows of one tick are written.
-#[cfg(test)]
-pub const ENTITY_KINDS: &[&str] = &[PEER, INTERFACE, QDISC, RDMA_PORT, DROP_REASON, HOST];
+pub use crate::observe::{Observation as Row, *};
 
 /// Bumped whenever a column changes meaning or is removed (adding one keeps the version);
 /// stored in the file's key-value metadata as `probe.recording.schema`.
@@ -56,60 +46,6 @@ pub struct Column {
     /// Never null.
     pub required: bool,
     pub get: fn(&Row) -> Cell<'_>,
-}
-
-/// One entity at one tick. Rates are per second over `interval_s`; counts are of that
-/// interval; gauges are the daemon's values at the tick. `None` is null: not applicable to
-/// the entity kind, or not known this tick (see docs/recording.md).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Row {
-    pub time_unix: f64,
-    pub interval_s: f64,
-    pub entity_kind: &'static str,
-    pub entity: String,
-    pub tx_bytes_per_s: Option<f64>,
-    pub rx_bytes_per_s: Option<f64>,
-    pub tx_packets_per_s: Option<f64>,
-    pub rx_packets_per_s: Option<f64>,
-    pub ce_packets_per_s: Option<f64>,
-    pub srtt_s: Option<f64>,
-    pub min_rtt_s: Option<f64>,
-    pub rtt_samples: Option<i64>,
-    pub rtt_mean_s: Option<f64>,
-    pub rtt_p50_s: Option<f64>,
-    pub rtt_p90_s: Option<f64>,
-    pub rtt_p99_s: Option<f64>,
-    pub retransmits_per_s: Option<f64>,
-    pub connections: Option<i64>,
-    pub bursts: Option<i64>,
-    pub burst_bytes: Option<i64>,
-    pub burst_seconds: Option<f64>,
-    pub tx_errors_per_s: Option<f64>,
-    pub rx_errors_per_s: Option<f64>,
-    pub tx_dropped_per_s: Option<f64>,
-    pub rx_dropped_per_s: Option<f64>,
-    pub sojourn_samples: Option<i64>,
-    pub sojourn_p50_s: Option<f64>,
-    pub sojourn_p99_s: Option<f64>,
-    pub qdisc_backlog_packets: Option<i64>,
-    pub qdisc_backlog_bytes: Option<i64>,
-    pub qdisc_drops_per_s: Option<f64>,
-    pub qdisc_overlimits_per_s: Option<f64>,
-    pub qdisc_requeues_per_s: Option<f64>,
-    pub rdma_transmit_wait_ticks_per_s: Option<f64>,
-    pub rdma_transmit_discards_per_s: Option<f64>,
-    pub rdma_cnp_sent_per_s: Option<f64>,
-    pub rdma_cnp_handled_per_s: Option<f64>,
-    pub rdma_ecn_marked_packets_per_s: Option<f64>,
-    pub rdma_out_of_sequence_packets_per_s: Option<f64>,
-    pub rdma_packet_sequence_errors_per_s: Option<f64>,
-    pub rdma_local_ack_timeout_errors_per_s: Option<f64>,
-    pub rdma_rnr_nak_retry_errors_per_s: Option<f64>,
-    pub rdma_link_downed_per_s: Option<f64>,
-    pub drops_per_s: Option<f64>,
-    pub flows_tracked: Option<i64>,
-    pub flow_evictions_per_s: Option<f64>,
-    pub peers_folded: Option<i64>,
 }
 
 macro_rules! col {
@@ -264,7 +200,7 @@ mod tests {
     fn names_are_unique_and_accessors_match_types() {
         let row = Row {
             entity: "e".into(),
-            entity_kind: PEER,
+            entity_kind: PEER.into(),
             ..Row::default()
         };
         let mut seen = std::collections::HashSet::new();

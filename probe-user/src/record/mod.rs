@@ -19,7 +19,8 @@ use std::{
 use anyhow::{anyhow, bail, Context as _, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use client::{Endpoint, Snapshot};
+use crate::apiclient::Endpoint;
+use client::Snapshot;
 use writer::RecordingWriter;
 
 /// How long one fetch may take.
@@ -257,7 +258,7 @@ fn record(
             break;
         }
         let polled = Instant::now();
-        let snap = match endpoint.snapshot(FETCH_TIMEOUT) {
+        let snap = match client::snapshot(endpoint, FETCH_TIMEOUT) {
             Ok(s) => {
                 failures = 0;
                 s

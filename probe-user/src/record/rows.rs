@@ -97,7 +97,7 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
     let base = |kind: &'static str, entity: &str| Row {
         time_unix: now.time_unix,
         interval_s: dt,
-        entity_kind: kind,
+        entity_kind: kind.into(),
         entity: entity.to_string(),
         ..Row::default()
     };

@@ -228,7 +228,7 @@ mod tests {
         Row {
             time_unix: t,
             interval_s: 1.0,
-            entity_kind: PEER,
+            entity_kind: PEER.into(),
             entity: entity.into(),
             srtt_s: srtt,
             connections: Some(2),
@@ -277,7 +277,7 @@ mod tests {
 
         // Rows pushed but not flushed are not on disk; the file stays valid.
         w.push([Row {
-            entity_kind: HOST,
+            entity_kind: HOST.into(),
             entity: "host".into(),
             time_unix: 3.0,
             ..Row::default()
