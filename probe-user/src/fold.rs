@@ -7,7 +7,46 @@
 //! "other" only ever grows.
 use std::collections::{HashMap, HashSet};
 
-use crate::snapshot::{BurstSeries, FlowSeries, Histogram, PeerSeries, Snapshot};
+use crate::{
+    config::Config,
+    observe, pipeline,
+    snapshot::{BurstSeries, FlowSeries, Histogram, PeerSeries, Snapshot},
+};
+
+/// A member peer that moved no traffic for this long gives its series up.
+const PEER_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The fold stage: top-K peers keep their series, the rest become peer="other". Runs after
+/// the features, which see every peer.
+pub struct Fold(PeerFolder);
+
+impl Fold {
+    pub fn new(cfg: &Config) -> Self {
+        let idle_ticks = (PEER_IDLE.as_secs_f64() / cfg.tick.as_secs_f64()).ceil() as u64;
+        Self(PeerFolder::new(cfg.top_peers, idle_ticks.max(1)))
+    }
+}
+
+impl pipeline::Stage for Fold {
+    fn name(&self) -> &'static str {
+        "fold"
+    }
+
+    fn run(&mut self, snap: &mut Snapshot) {
+        for iface in std::mem::take(&mut snap.removed_interfaces) {
+            self.0.forget_interface(&iface);
+        }
+        self.0.apply(snap);
+        let folded = i64::try_from(snap.peers_folded).ok();
+        if let Some(h) = snap
+            .observations
+            .iter_mut()
+            .find(|o| o.entity_kind == observe::HOST)
+        {
+            h.peers_folded = folded;
+        }
+    }
+}
 
 pub const OTHER: &str = "other";
 
@@ -25,6 +64,11 @@ pub struct PeerFolder {
     other_flows: HashMap<(String, &'static str), FlowSeries>,
     other_peer: Option<PeerSeries>,
     other_bursts: HashMap<(String, &'static str), BurstSeries>,
+}
+
+/// What a cumulative histogram gained since `before`; all of it if the series restarted.
+fn since(now: &Histogram, before: &Histogram) -> Histogram {
+    now.increase(Some(before)).unwrap_or_else(|| now.clone())
 }
 
 fn fkey(f: &FlowSeries) -> SeriesKey {
@@ -135,7 +179,7 @@ impl PeerFolder {
                     peer: OTHER.into(),
                     ..PeerSeries::default()
                 });
-                o.rtt.merge(&p.rtt.minus(&before.rtt));
+                o.rtt.merge(&since(&p.rtt, &before.rtt));
                 o.retransmits += p.retransmits.saturating_sub(before.retransmits);
                 other_srtt = match (other_srtt, p.srtt_seconds) {
                     (Some(a), Some(b)) => Some(a.max(b)),
@@ -180,8 +224,8 @@ impl PeerFolder {
                         duration: Histogram::default(),
                     });
                 o.count += b.count.saturating_sub(before.count);
-                o.bytes.merge(&b.bytes.minus(&before.bytes));
-                o.duration.merge(&b.duration.minus(&before.duration));
+                o.bytes.merge(&since(&b.bytes, &before.bytes));
+                o.duration.merge(&since(&b.duration, &before.duration));
             } else {
                 kept.push(b.clone());
             }

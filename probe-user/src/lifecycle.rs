@@ -8,7 +8,6 @@ use crate::{
     bpf::TcAttacher,
     collect::Collector,
     config::Config,
-    fold::PeerFolder,
     host::iface::{self, Iface},
 };
 
@@ -20,6 +19,7 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
+    /// Returns the names of the interfaces that went away (later stages forget them).
     pub fn reconcile(
         &mut self,
         cfg: &Config,
@@ -27,19 +27,19 @@ impl Lifecycle {
         ebpf: &mut Ebpf,
         tc: &mut TcAttacher,
         collector: &mut Collector,
-        folder: &mut PeerFolder,
-    ) {
+    ) -> Vec<String> {
         let present: HashSet<u32> = all.iter().map(|i| i.index).collect();
         let gone: Vec<Iface> = tc
             .attached()
             .filter(|i| !present.contains(&i.index))
             .cloned()
             .collect();
+        let mut removed = Vec::with_capacity(gone.len());
         for i in gone {
             tracing::info!("interface {} went away", i.name);
             tc.detach(ebpf, i.index, true);
             collector.forget_interface(i.index);
-            folder.forget_interface(&i.name);
+            removed.push(i.name);
         }
         self.failed.retain(|(idx, _)| present.contains(idx));
         for i in all
@@ -54,5 +54,6 @@ impl Lifecycle {
                 self.failed.insert((i.index, i.name.clone()));
             }
         }
+        removed
     }
 }

@@ -17,6 +17,7 @@ mod fold;
 mod host;
 mod lifecycle;
 mod observe;
+mod pipeline;
 mod record;
 mod run;
 mod snapshot;

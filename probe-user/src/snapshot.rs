@@ -49,6 +49,17 @@ pub struct Snapshot {
     pub observations: Vec<crate::observe::Observation>,
     /// This tick's features of every entity (names in docs/features.md).
     pub features: Vec<crate::features::FeatureRow>,
+    /// How long each stage of this tick took, in the order they ran.
+    pub stages: Vec<StageTime>,
+    /// Interfaces that went away this tick (later stages forget their state).
+    #[serde(skip)]
+    pub removed_interfaces: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StageTime {
+    pub stage: &'static str,
+    pub seconds: f64,
 }
 
 /// One flow (one direction on one interface), from the kernel's per-flow state. JSON only:
@@ -197,21 +208,49 @@ impl Histogram {
         self.count += other.count;
     }
 
-    /// `self - before`, bucket by bucket (for per-tick deltas of a cumulative histogram).
-    pub fn minus(&self, before: &Histogram) -> Histogram {
-        if before.buckets.len() != self.buckets.len() {
-            return self.clone();
+    /// `self - before`, bucket by bucket: what a cumulative histogram gained since `before`.
+    /// None if `before` is absent, has another shape, or `self` is not a continuation of it
+    /// (the series restarted). The one histogram delta of the daemon: observations, the
+    /// fold and the exporter use it.
+    pub fn increase(&self, before: Option<&Histogram>) -> Option<Histogram> {
+        let b = before?;
+        if b.buckets.len() != self.buckets.len() || self.count < b.count {
+            return None;
         }
-        Histogram {
-            buckets: self
-                .buckets
-                .iter()
-                .zip(&before.buckets)
-                .map(|(a, b)| (a.0, a.1.saturating_sub(b.1)))
-                .collect(),
-            sum: (self.sum - before.sum).max(0.0),
-            count: self.count.saturating_sub(before.count),
+        let mut buckets = Vec::with_capacity(self.buckets.len());
+        for (n, p) in self.buckets.iter().zip(&b.buckets) {
+            buckets.push((n.0, n.1.checked_sub(p.1)?));
         }
+        Some(Histogram {
+            buckets,
+            sum: (self.sum - b.sum).max(0.0),
+            count: self.count - b.count,
+        })
+    }
+
+    /// The q-quantile, interpolated linearly inside its bucket (as Prometheus's
+    /// histogram_quantile does). The lower bound of the first bucket is half its upper bound
+    /// (log2 buckets). None without samples.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 || self.buckets.is_empty() {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * self.count as f64;
+        let mut prev_cum = 0u64;
+        for (i, &(upper, cum)) in self.buckets.iter().enumerate() {
+            if cum > prev_cum && cum as f64 >= rank {
+                let lower = if i == 0 {
+                    upper / 2.0
+                } else {
+                    self.buckets[i - 1].0
+                };
+                let frac = ((rank - prev_cum as f64) / (cum - prev_cum) as f64).clamp(0.0, 1.0);
+                return Some(lower + (upper - lower) * frac);
+            }
+            prev_cum = cum;
+        }
+        // Samples above the last bound: the best known is that bound.
+        self.buckets.last().map(|b| b.0)
     }
 
     /// From log2 buckets of a value in `unit` (e.g. 1e-6 for microseconds): bucket i holds

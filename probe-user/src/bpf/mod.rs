@@ -3,5 +3,5 @@ pub mod load;
 pub mod log;
 pub mod tc;
 
-pub use load::Loaded;
+pub use load::{Hooks, Loaded};
 pub use tc::TcAttacher;

@@ -1,5 +1,6 @@
 //! Collectors: each reads one part of the kernel's state once per tick. `Collector::tick`
 //! runs them all and assembles the snapshot.
+pub mod assemble;
 pub mod batch;
 pub mod bursts;
 pub mod delta;

@@ -2,7 +2,34 @@
 //! host) per tick, in base units. The one input of the feature stage, live and offline:
 //! the daemon derives them from consecutive snapshots, `probe record` stores exactly these
 //! rows, and `probe features` reads them back.
+mod derive;
+
 use serde::{Deserialize, Serialize};
+
+pub use derive::derive;
+
+use crate::{pipeline, snapshot::Snapshot};
+
+/// The observe stage: this tick's observations from this snapshot and the one before it.
+/// The first tick has no observations (no interval to measure over).
+#[derive(Default)]
+pub struct Observe {
+    prev: Option<Snapshot>,
+}
+
+impl pipeline::Stage for Observe {
+    fn name(&self) -> &'static str {
+        "observe"
+    }
+
+    fn run(&mut self, snap: &mut Snapshot) {
+        let now = snap.clone();
+        if let Some(prev) = &self.prev {
+            snap.observations = derive(prev, &now);
+        }
+        self.prev = Some(now);
+    }
+}
 
 /// Kinds of entity a row describes (the `entity_kind` column).
 pub const PEER: &str = "peer";

@@ -3,7 +3,7 @@
 //! types). Adding a column: a field in [`Row`], an entry in [`COLUMNS`], a line in the docs.
 //! A field without an entry is never read, which the compiler reports.
 
-pub use crate::observe::{Observation as Row, *};
+pub use crate::observe::{BurstEvent, Observation as Row};
 
 /// Bumped whenever a column changes meaning or is removed (adding one keeps the version);
 /// stored in the file's key-value metadata as `probe.recording.schema`.
@@ -40,12 +40,57 @@ pub enum Cell<'a> {
     Str(&'a str),
 }
 
-pub struct Column {
+/// One column of a static table over rows of type `R`.
+pub struct Column<R: 'static> {
     pub name: &'static str,
     pub ty: Type,
     /// Never null.
     pub required: bool,
-    pub get: fn(&Row) -> Cell<'_>,
+    pub get: fn(&R) -> Cell<'_>,
+}
+
+/// A table the writer can write: its Parquet message name, columns and cells. Static tables
+/// (observations, burst events) and tables whose columns are known only at run time (feature
+/// files, whose names follow the configured windows) share it.
+pub struct Table<R> {
+    pub message: &'static str,
+    pub columns: Vec<ColumnDef>,
+    pub cell: fn(&R, usize) -> Cell<'_>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: Type,
+    pub required: bool,
+}
+
+fn defs<R>(cols: &[Column<R>]) -> Vec<ColumnDef> {
+    cols.iter()
+        .map(|c| ColumnDef {
+            name: c.name.to_string(),
+            ty: c.ty,
+            required: c.required,
+        })
+        .collect()
+}
+
+/// The observations table (`FILE`).
+pub fn observations() -> Table<Row> {
+    Table {
+        message: "probe_recording",
+        columns: defs(COLUMNS),
+        cell: |r, i| (COLUMNS[i].get)(r),
+    }
+}
+
+/// The burst events table (`FILE` with `.events.parquet` for `.parquet`).
+pub fn burst_events() -> Table<BurstEvent> {
+    Table {
+        message: "probe_burst_events",
+        columns: defs(EVENT_COLUMNS),
+        cell: |r, i| (EVENT_COLUMNS[i].get)(r),
+    }
 }
 
 macro_rules! col {
@@ -73,6 +118,14 @@ macro_rules! col {
             get: |r| Cell::F64(r.$name),
         }
     };
+    ($name:ident, U64, required) => {
+        Column {
+            name: stringify!($name),
+            ty: Type::I64,
+            required: true,
+            get: |r| Cell::I64(Some(i64::try_from(r.$name).unwrap_or(i64::MAX))),
+        }
+    };
     ($name:ident, I64) => {
         Column {
             name: stringify!($name),
@@ -83,8 +136,8 @@ macro_rules! col {
     };
 }
 
-/// The columns, in file order.
-pub const COLUMNS: &[Column] = &[
+/// The columns of the observations table, in file order.
+pub const COLUMNS: &[Column<Row>] = &[
     col!(time_unix, F64, required),
     col!(interval_s, F64, required),
     col!(entity_kind, Str, required),
@@ -134,20 +187,32 @@ pub const COLUMNS: &[Column] = &[
     col!(peers_folded, I64),
 ];
 
+/// The columns of the burst events table, in file order.
+pub const EVENT_COLUMNS: &[Column<BurstEvent>] = &[
+    col!(start_unix, F64, required),
+    col!(duration_s, F64, required),
+    col!(iface, Str, required),
+    col!(direction, Str, required),
+    col!(peer, Str, required),
+    col!(bytes, U64, required),
+    col!(packets, U64, required),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::{ENTITY_KINDS, PEER};
 
-    /// (name, type, required) of every column docs/recording.md lists: the rows of its
-    /// column tables whose first cell is a `code` name.
-    fn documented() -> Vec<(String, String, bool)> {
+    /// (name, type, required) of every column docs/recording.md lists under `section`: the
+    /// rows of its column tables whose first cell is a `code` name.
+    fn documented(section: &str) -> Vec<(String, String, bool)> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recording.md");
         let text = std::fs::read_to_string(path).expect("docs/recording.md exists");
         let mut out = Vec::new();
         let mut in_columns = false;
         for line in text.lines() {
             if line.starts_with("## ") {
-                in_columns = line.trim() == "## Columns";
+                in_columns = line.trim() == section;
                 continue;
             }
             if !in_columns || !line.starts_with("| `") {
@@ -165,11 +230,17 @@ mod tests {
 
     #[test]
     fn docs_list_exactly_the_columns() {
-        let code: Vec<(String, String, bool)> = COLUMNS
+        same_as_docs(&observations(), "## Columns");
+        same_as_docs(&burst_events(), "## Burst events");
+    }
+
+    fn same_as_docs<R>(table: &Table<R>, section: &str) {
+        let code: Vec<(String, String, bool)> = table
+            .columns
             .iter()
-            .map(|c| (c.name.to_string(), c.ty.name().to_string(), c.required))
+            .map(|c| (c.name.clone(), c.ty.name().to_string(), c.required))
             .collect();
-        let docs = documented();
+        let docs = documented(section);
         for c in &code {
             assert!(
                 docs.contains(c),
@@ -186,6 +257,10 @@ mod tests {
             code, docs,
             "docs/recording.md lists the columns in another order"
         );
+    }
+
+    #[test]
+    fn docs_list_every_entity_kind() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recording.md");
         let text = std::fs::read_to_string(path).unwrap();
         for k in ENTITY_KINDS {

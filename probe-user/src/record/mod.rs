@@ -1,13 +1,14 @@
-//! `probe record`: polls a running daemon's `/api/v1/snapshot` and writes one row per entity
-//! per tick to a Parquet file (docs/recording.md). Recording through the daemon keeps one
-//! owner of the kernel hooks and records exactly what the exporter sees.
+//! `probe record`: polls a running daemon's `/api/v1/snapshot` and writes its observations
+//! (one row per entity per tick) to a Parquet file and its burst events to a second one
+//! beside it (docs/recording.md). Recording through the daemon keeps one owner of the kernel
+//! hooks and records exactly what the feature stage saw.
 //!
-//! `client` fetches snapshots, `rows` turns two consecutive snapshots into a tick of rows,
-//! `columns` is the schema (one table), `writer` the Parquet file.
+//! `client` fetches snapshots, `columns` is the schema (two tables), `writer` the Parquet
+//! file, `reader` reads tables back (`probe features`).
 mod client;
-mod columns;
-mod rows;
-mod writer;
+pub mod columns;
+pub mod reader;
+pub mod writer;
 
 use std::{
     io::IsTerminal as _,
@@ -21,6 +22,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::apiclient::Endpoint;
 use client::Snapshot;
+use columns::{BurstEvent, Row};
 use writer::RecordingWriter;
 
 /// How long one fetch may take.
@@ -32,7 +34,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
     pub url: String,
 
-    /// The Parquet file to write.
+    /// The Parquet file to write (observations); burst events go beside it, in
+    /// FILE.events.parquet for FILE.parquet.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub out: PathBuf,
 
@@ -112,6 +115,16 @@ fn sleep_until(until: Instant) {
     }
 }
 
+/// Where the burst events of recording `out` are: `run.parquet` -> `run.events.parquet`.
+pub fn events_path(out: &std::path::Path) -> PathBuf {
+    let stem = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = stem.strip_suffix(".parquet").unwrap_or(&stem);
+    out.with_file_name(format!("{stem}.events.parquet"))
+}
+
 fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
@@ -129,6 +142,9 @@ struct Progress {
     ticks: u64,
     rows: u64,
     entities: usize,
+    events: u64,
+    /// Daemon ticks that passed between two polls (their observations are not recorded).
+    missed: u64,
 }
 
 fn progress_bar(duration: Option<Duration>) -> Option<ProgressBar> {
@@ -165,11 +181,14 @@ fn progress_bar(duration: Option<Duration>) -> Option<ProgressBar> {
 
 pub fn main(args: RecordArgs) -> Result<()> {
     let endpoint = Endpoint::parse(&args.url)?;
-    if args.out.exists() && !args.force {
-        bail!(
-            "{} exists; choose another --out or pass --force to overwrite it",
-            args.out.display()
-        );
+    let events_out = events_path(&args.out);
+    for p in [&args.out, &events_out] {
+        if p.exists() && !args.force {
+            bail!(
+                "{} exists; choose another --out or pass --force to overwrite it",
+                p.display()
+            );
+        }
     }
     install_signal_handlers()?;
     let meta = [
@@ -181,7 +200,10 @@ pub fn main(args: RecordArgs) -> Result<()> {
         ("probe.source", endpoint.url("/api/v1/snapshot")),
         ("probe.recorder_host", hostname()),
     ];
-    let mut out = RecordingWriter::create(&args.out, &meta)?;
+    let mut out = Out {
+        rows: RecordingWriter::create(&args.out, columns::observations(), &meta)?,
+        events: RecordingWriter::create(&events_out, columns::burst_events(), &meta)?,
+    };
     let bar = progress_bar(args.duration);
     if bar.is_none() {
         eprintln!(
@@ -206,12 +228,19 @@ pub fn main(args: RecordArgs) -> Result<()> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    // Finish the file whatever happened: what was recorded stays readable.
-    let finished = out.finish();
+    // Finish the files whatever happened: what was recorded stays readable.
+    let finished = out.events.finish().and_then(|_| out.rows.finish());
+    if progress.missed > 0 {
+        eprintln!(
+            "record: {} daemon ticks passed between polls and are not in the file (a slow poll or a busy host)",
+            progress.missed
+        );
+    }
     match (result, finished) {
         // Nothing recorded: leave no empty file behind to trip the next run.
         (Err(e), _) if progress.ticks == 0 => {
             let _ = std::fs::remove_file(&args.out);
+            let _ = std::fs::remove_file(&events_out);
             Err(e)
         }
         (Err(e), _) => Err(anyhow!(
@@ -223,9 +252,10 @@ pub fn main(args: RecordArgs) -> Result<()> {
         (Ok(()), Ok(rows)) => {
             let size = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
             eprintln!(
-                "record: {} ticks, {rows} rows ({} entities per tick) in {:.1} s -> {} ({:.1} KiB)",
+                "record: {} ticks, {rows} rows ({} entities per tick), {} burst events in {:.1} s -> {} ({:.1} KiB)",
                 progress.ticks,
                 progress.entities,
+                progress.events,
                 started.elapsed().as_secs_f64(),
                 args.out.display(),
                 size as f64 / 1024.0
@@ -235,11 +265,16 @@ pub fn main(args: RecordArgs) -> Result<()> {
     }
 }
 
+struct Out {
+    rows: RecordingWriter<Row>,
+    events: RecordingWriter<BurstEvent>,
+}
+
 /// The polling loop: until the duration is over, a signal, or too many failures in a row.
 fn record(
     args: &RecordArgs,
     endpoint: &Endpoint,
-    out: &mut RecordingWriter,
+    out: &mut Out,
     bar: Option<&ProgressBar>,
     started: Instant,
     progress: &mut Progress,
@@ -258,7 +293,7 @@ fn record(
             break;
         }
         let polled = Instant::now();
-        let snap = match client::snapshot(endpoint, FETCH_TIMEOUT) {
+        let mut snap = match client::snapshot(endpoint, FETCH_TIMEOUT) {
             Ok(s) => {
                 failures = 0;
                 s
@@ -303,16 +338,24 @@ fn record(
             continue;
         }
         if let Some(p) = &prev {
-            let rows = rows::derive(p, &snap);
+            if snap.tick > p.tick + 1 && p.tick > 0 {
+                progress.missed += snap.tick - p.tick - 1;
+            }
+        }
+        let rows = snap.observations.take().unwrap_or_default();
+        if !rows.is_empty() {
             progress.ticks += 1;
             progress.rows += rows.len() as u64;
             progress.entities = rows.len();
-            out.push(rows);
+            progress.events += snap.burst_events.len() as u64;
+            out.rows.push(rows);
+            out.events.push(std::mem::take(&mut snap.burst_events));
             since_flush += 1;
             if since_flush >= args.flush_every {
                 since_flush = 0;
-                out.flush()?;
-                if out.row_groups() >= writer::MAX_ROW_GROUPS - 1 {
+                out.events.flush()?;
+                out.rows.flush()?;
+                if out.rows.row_groups() >= writer::MAX_ROW_GROUPS - 1 {
                     eprintln!(
                         "record: the file holds the most row groups Parquet allows; stopping (use a larger --flush-every)"
                     );
@@ -327,7 +370,7 @@ fn record(
                 "{} ticks, {} rows ({} on disk), {} entities",
                 progress.ticks,
                 progress.rows,
-                out.rows_written(),
+                out.rows.rows_written(),
                 progress.entities
             ));
         }

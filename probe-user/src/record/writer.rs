@@ -23,7 +23,7 @@ use ::parquet::{
 };
 use anyhow::{Context as _, Result};
 
-use super::columns::{Cell, Row, Type, COLUMNS};
+use super::columns::{Cell, Table, Type};
 
 /// Bytes the Parquet writer produced since the last flush.
 #[derive(Default)]
@@ -40,10 +40,10 @@ impl Write for Pending {
     }
 }
 
-/// The Parquet schema text of [`COLUMNS`].
-pub fn schema_text() -> String {
-    let mut s = String::from("message probe_recording {\n");
-    for c in COLUMNS {
+/// The Parquet schema text of a table.
+pub fn schema_text<R>(table: &Table<R>) -> String {
+    let mut s = format!("message {} {{\n", table.message);
+    for c in &table.columns {
         let rep = if c.required { "required" } else { "optional" };
         let ty = match c.ty {
             Type::F64 => "double",
@@ -57,14 +57,15 @@ pub fn schema_text() -> String {
     s
 }
 
-pub struct RecordingWriter {
+pub struct RecordingWriter<R> {
+    table: Table<R>,
     file: File,
     writer: SerializedFileWriter<Pending>,
     descr: SchemaDescPtr,
     kv: Vec<KeyValue>,
     /// File offset where the next data goes (the end of the last row group written).
     committed: u64,
-    rows: Vec<Row>,
+    rows: Vec<R>,
     rows_written: u64,
     row_groups: usize,
 }
@@ -72,11 +73,12 @@ pub struct RecordingWriter {
 /// Parquet's limit on row groups per file (an i16 ordinal).
 pub const MAX_ROW_GROUPS: usize = i16::MAX as usize;
 
-impl RecordingWriter {
-    /// Creates `path` (truncating it) and writes an empty but valid recording into it.
-    pub fn create(path: &Path, metadata: &[(&str, String)]) -> Result<Self> {
+impl<R> RecordingWriter<R> {
+    /// Creates `path` (truncating it) and writes an empty but valid file of `table` into it.
+    pub fn create(path: &Path, table: Table<R>, metadata: &[(&str, String)]) -> Result<Self> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let schema = Arc::new(parse_message_type(&schema_text()).context("recording schema")?);
+        let schema =
+            Arc::new(parse_message_type(&schema_text(&table)).context("recording schema")?);
         let descr = Arc::new(SchemaDescriptor::new(schema.clone()));
         let kv: Vec<KeyValue> = metadata
             .iter()
@@ -89,6 +91,7 @@ impl RecordingWriter {
             .build();
         let writer = SerializedFileWriter::new(Pending::default(), schema, Arc::new(props))?;
         let mut w = Self {
+            table,
             file,
             writer,
             descr,
@@ -103,7 +106,7 @@ impl RecordingWriter {
         Ok(w)
     }
 
-    pub fn push(&mut self, rows: impl IntoIterator<Item = Row>) {
+    pub fn push(&mut self, rows: impl IntoIterator<Item = R>) {
         self.rows.extend(rows);
     }
 
@@ -141,7 +144,8 @@ impl RecordingWriter {
     fn write_row_group(&mut self) -> Result<()> {
         let rows = std::mem::take(&mut self.rows);
         let mut rg = self.writer.next_row_group()?;
-        for c in COLUMNS {
+        let cell = self.table.cell;
+        for (i, c) in self.table.columns.iter().enumerate() {
             let mut col = rg
                 .next_column()?
                 .expect("the schema has one column per table entry");
@@ -150,7 +154,7 @@ impl RecordingWriter {
                 Type::F64 => {
                     let mut vals = Vec::with_capacity(rows.len());
                     for r in &rows {
-                        if let Cell::F64(v) = (c.get)(r) {
+                        if let Cell::F64(v) = cell(r, i) {
                             defs.push(i16::from(v.is_some()));
                             vals.extend(v);
                         }
@@ -161,7 +165,7 @@ impl RecordingWriter {
                 Type::I64 => {
                     let mut vals = Vec::with_capacity(rows.len());
                     for r in &rows {
-                        if let Cell::I64(v) = (c.get)(r) {
+                        if let Cell::I64(v) = cell(r, i) {
                             defs.push(i16::from(v.is_some()));
                             vals.extend(v);
                         }
@@ -172,7 +176,7 @@ impl RecordingWriter {
                 Type::Str => {
                     let vals: Vec<ByteArray> = rows
                         .iter()
-                        .filter_map(|r| match (c.get)(r) {
+                        .filter_map(|r| match cell(r, i) {
                             Cell::Str(s) => Some(ByteArray::from(s)),
                             _ => None,
                         })
@@ -219,8 +223,9 @@ impl RecordingWriter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::columns::{HOST, PEER};
+    use super::super::columns::{observations, Row, COLUMNS};
     use super::*;
+    use crate::observe::{HOST, PEER};
     use ::parquet::file::reader::{FileReader as _, SerializedFileReader};
     use ::parquet::record::RowAccessor as _;
 
@@ -262,7 +267,8 @@ mod tests {
     fn the_file_is_readable_after_every_flush_and_at_the_end() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.parquet");
-        let mut w = RecordingWriter::create(&path, &[("probe.test", "1".into())]).unwrap();
+        let mut w =
+            RecordingWriter::create(&path, observations(), &[("probe.test", "1".into())]).unwrap();
         assert!(read(&path).is_empty(), "a new recording is an empty file");
 
         w.push([row(1.0, "a", Some(0.003)), row(1.0, "b", None)]);

@@ -1,16 +1,18 @@
-//! From two consecutive snapshots to one tick of rows. The daemon's counters and histograms
-//! are cumulative; a row holds what happened between the two snapshots: rates (increase over
-//! the interval), counts, and quantiles of the histogram increase. Gauges (srtt, backlog,
-//! connections) are the later snapshot's values.
+//! From two consecutive snapshots to one tick of observations. The daemon's counters and
+//! histograms are cumulative; an observation holds what happened between the two
+//! snapshots: rates (increase over the interval), counts, and quantiles of the histogram
+//! increase. Gauges (srtt, backlog, connections) are the later snapshot's values.
 //!
 //! A counter's increase is known only for a series present in both snapshots whose value did
-//! not go down (a new series, e.g. a peer just promoted out of "other" with its whole history,
-//! or a daemon restart, gives null for that tick rather than a spike).
+//! not go down (a new series, or a daemon restart, gives null for that tick rather than a
+//! spike).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::client::{Histogram, Snapshot};
-use super::columns::{self as c, Row};
-use crate::collect::rdma::keys;
+use super::{self as c, Observation as Row};
+use crate::{
+    collect::rdma::keys,
+    snapshot::{QdiscSeries, Snapshot},
+};
 
 /// A sum of counter increases; None until one is known.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -30,49 +32,6 @@ impl Sum {
     fn count(self) -> Option<i64> {
         self.0.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
     }
-}
-
-/// `now - before` bucket by bucket; None if the histograms differ in shape or `now` is not a
-/// continuation of `before`.
-fn hist_increase(now: &Histogram, before: Option<&Histogram>) -> Option<Histogram> {
-    let b = before?;
-    if b.buckets.len() != now.buckets.len() || now.count < b.count {
-        return None;
-    }
-    let mut buckets = Vec::with_capacity(now.buckets.len());
-    for (n, p) in now.buckets.iter().zip(&b.buckets) {
-        buckets.push((n.0, n.1.checked_sub(p.1)?));
-    }
-    Some(Histogram {
-        buckets,
-        sum: (now.sum - b.sum).max(0.0),
-        count: now.count - b.count,
-    })
-}
-
-/// The q-quantile of a cumulative histogram, interpolated linearly inside its bucket (as
-/// Prometheus's histogram_quantile does). The lower bound of the first bucket is half its
-/// upper bound (log2 buckets). None without samples.
-pub fn quantile(h: &Histogram, q: f64) -> Option<f64> {
-    if h.count == 0 || h.buckets.is_empty() {
-        return None;
-    }
-    let rank = q.clamp(0.0, 1.0) * h.count as f64;
-    let mut prev_cum = 0u64;
-    for (i, &(upper, cum)) in h.buckets.iter().enumerate() {
-        if cum > prev_cum && cum as f64 >= rank {
-            let lower = if i == 0 {
-                upper / 2.0
-            } else {
-                h.buckets[i - 1].0
-            };
-            let frac = ((rank - prev_cum as f64) / (cum - prev_cum) as f64).clamp(0.0, 1.0);
-            return Some(lower + (upper - lower) * frac);
-        }
-        prev_cum = cum;
-    }
-    // Samples above the last bound: the best known is that bound.
-    h.buckets.last().map(|b| b.0)
 }
 
 #[derive(Default)]
@@ -108,10 +67,10 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
     let prev_flows: HashMap<(&str, &str, &str), _> = prev
         .flows
         .iter()
-        .map(|f| ((f.iface.as_str(), f.direction.as_str(), f.peer.as_str()), f))
+        .map(|f| ((f.iface.as_str(), f.direction, f.peer.as_str()), f))
         .collect();
     for f in &now.flows {
-        let b = prev_flows.get(&(f.iface.as_str(), f.direction.as_str(), f.peer.as_str()));
+        let b = prev_flows.get(&(f.iface.as_str(), f.direction, f.peer.as_str()));
         let a = peers.entry(&f.peer).or_default();
         let (bytes, packets) = if f.direction == "egress" {
             (&mut a.tx_bytes, &mut a.tx_packets)
@@ -125,16 +84,16 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
     let prev_bursts: HashMap<(&str, &str, &str), _> = prev
         .bursts
         .iter()
-        .map(|x| ((x.iface.as_str(), x.direction.as_str(), x.peer.as_str()), x))
+        .map(|x| ((x.iface.as_str(), x.direction, x.peer.as_str()), x))
         .collect();
     for x in &now.bursts {
-        let b = prev_bursts.get(&(x.iface.as_str(), x.direction.as_str(), x.peer.as_str()));
+        let b = prev_bursts.get(&(x.iface.as_str(), x.direction, x.peer.as_str()));
         let a = peers.entry(&x.peer).or_default();
         a.bursts.add(x.count, b.map(|b| b.count));
-        if let Some(h) = hist_increase(&x.bytes, b.map(|b| &b.bytes)) {
+        if let Some(h) = x.bytes.increase(b.map(|b| &b.bytes)) {
             add_opt(&mut a.burst_bytes, h.sum);
         }
-        if let Some(h) = hist_increase(&x.duration, b.map(|b| &b.duration)) {
+        if let Some(h) = x.duration.increase(b.map(|b| &b.duration)) {
             add_opt(&mut a.burst_seconds, h.sum);
         }
     }
@@ -158,12 +117,12 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
             r.srtt_s = p.srtt_seconds;
             r.min_rtt_s = p.min_rtt_seconds;
             r.connections = Some(p.connections.into());
-            if let Some(h) = hist_increase(&p.rtt, b.map(|b| &b.rtt)) {
+            if let Some(h) = p.rtt.increase(b.map(|b| &b.rtt)) {
                 r.rtt_samples = Some(h.count as i64);
                 r.rtt_mean_s = (h.count > 0).then(|| h.sum / h.count as f64);
-                r.rtt_p50_s = quantile(&h, 0.5);
-                r.rtt_p90_s = quantile(&h, 0.9);
-                r.rtt_p99_s = quantile(&h, 0.99);
+                r.rtt_p50_s = h.quantile(0.5);
+                r.rtt_p90_s = h.quantile(0.9);
+                r.rtt_p99_s = h.quantile(0.99);
             }
             let mut re = Sum::default();
             re.add(p.retransmits, b.map(|b| b.retransmits));
@@ -185,28 +144,28 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
                 s.add(now, before);
                 s.rate(dt)
             };
-            r.tx_bytes_per_s = rate(l.tx_bytes, b.map(|b| b.tx_bytes));
-            r.rx_bytes_per_s = rate(l.rx_bytes, b.map(|b| b.rx_bytes));
-            r.tx_packets_per_s = rate(l.tx_packets, b.map(|b| b.tx_packets));
-            r.rx_packets_per_s = rate(l.rx_packets, b.map(|b| b.rx_packets));
-            r.tx_errors_per_s = rate(l.tx_errors, b.map(|b| b.tx_errors));
-            r.rx_errors_per_s = rate(l.rx_errors, b.map(|b| b.rx_errors));
-            r.tx_dropped_per_s = rate(l.tx_dropped, b.map(|b| b.tx_dropped));
-            r.rx_dropped_per_s = rate(l.rx_dropped, b.map(|b| b.rx_dropped));
+            r.tx_bytes_per_s = rate(l.stats.tx_bytes, b.map(|b| b.stats.tx_bytes));
+            r.rx_bytes_per_s = rate(l.stats.rx_bytes, b.map(|b| b.stats.rx_bytes));
+            r.tx_packets_per_s = rate(l.stats.tx_packets, b.map(|b| b.stats.tx_packets));
+            r.rx_packets_per_s = rate(l.stats.rx_packets, b.map(|b| b.stats.rx_packets));
+            r.tx_errors_per_s = rate(l.stats.tx_errors, b.map(|b| b.stats.tx_errors));
+            r.rx_errors_per_s = rate(l.stats.rx_errors, b.map(|b| b.stats.rx_errors));
+            r.tx_dropped_per_s = rate(l.stats.tx_dropped, b.map(|b| b.stats.tx_dropped));
+            r.rx_dropped_per_s = rate(l.stats.rx_dropped, b.map(|b| b.stats.rx_dropped));
         }
         if let Some(s) = now.sojourn.iter().find(|s| s.iface == iface) {
             let b = prev.sojourn.iter().find(|s| s.iface == iface);
-            if let Some(h) = hist_increase(&s.seconds, b.map(|b| &b.seconds)) {
+            if let Some(h) = s.seconds.increase(b.map(|b| &b.seconds)) {
                 r.sojourn_samples = Some(h.count as i64);
-                r.sojourn_p50_s = quantile(&h, 0.5);
-                r.sojourn_p99_s = quantile(&h, 0.99);
+                r.sojourn_p50_s = h.quantile(0.5);
+                r.sojourn_p99_s = h.quantile(0.99);
             }
         }
         rows.push(r);
     }
 
     // Qdiscs: queue depth and counters of each qdisc on a monitored interface.
-    let qname = |q: &super::client::Qdisc| format!("{}/{}/{}", q.iface, q.kind, q.handle);
+    let qname = |q: &QdiscSeries| format!("{}/{}/{}", q.iface, q.stats.kind, q.stats.handle);
     let prev_q: HashMap<String, _> = prev.qdiscs.iter().map(|q| (qname(q), q)).collect();
     let mut qdiscs: BTreeMap<String, _> = BTreeMap::new();
     for q in &now.qdiscs {
@@ -220,13 +179,13 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
             s.add(now, before);
             s.rate(dt)
         };
-        r.tx_bytes_per_s = rate(q.sent_bytes, b.map(|b| b.sent_bytes));
-        r.tx_packets_per_s = rate(q.sent_packets, b.map(|b| b.sent_packets));
-        r.qdisc_backlog_packets = i64::try_from(q.backlog_packets).ok();
-        r.qdisc_backlog_bytes = i64::try_from(q.backlog_bytes).ok();
-        r.qdisc_drops_per_s = rate(q.drops, b.map(|b| b.drops));
-        r.qdisc_overlimits_per_s = rate(q.overlimits, b.map(|b| b.overlimits));
-        r.qdisc_requeues_per_s = rate(q.requeues, b.map(|b| b.requeues));
+        r.tx_bytes_per_s = rate(q.stats.sent_bytes, b.map(|b| b.stats.sent_bytes));
+        r.tx_packets_per_s = rate(q.stats.sent_packets, b.map(|b| b.stats.sent_packets));
+        r.qdisc_backlog_packets = i64::try_from(q.stats.backlog_packets).ok();
+        r.qdisc_backlog_bytes = i64::try_from(q.stats.backlog_bytes).ok();
+        r.qdisc_drops_per_s = rate(q.stats.drops, b.map(|b| b.stats.drops));
+        r.qdisc_overlimits_per_s = rate(q.stats.overlimits, b.map(|b| b.stats.overlimits));
+        r.qdisc_requeues_per_s = rate(q.stats.requeues, b.map(|b| b.stats.requeues));
         rows.push(r);
     }
 
@@ -286,8 +245,14 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::client::{Burst, Flow, Link, Peer, Qdisc, Sojourn};
     use super::*;
+    use crate::{
+        collect::netlink::{LinkStats, QdiscStats},
+        snapshot::{
+            BurstSeries as Burst, DropSeries, FlowSeries as Flow, Histogram, LinkSeries,
+            PeerSeries as Peer, SojournSeries as Sojourn,
+        },
+    };
 
     fn hist(counts: &[u64], sum: f64) -> Histogram {
         // log2 buckets of microseconds, cumulative.
@@ -307,14 +272,14 @@ mod tests {
         }
     }
 
-    fn flow(dir: &str, peer: &str, bytes: u64) -> Flow {
+    fn flow(dir: &'static str, peer: &str, bytes: u64) -> Flow {
         Flow {
             iface: "eth0".into(),
-            direction: dir.into(),
+            direction: dir,
             peer: peer.into(),
             bytes,
             packets: bytes / 1000,
-            ce_packets: 0,
+            ..Flow::default()
         }
     }
 
@@ -339,16 +304,16 @@ mod tests {
     fn quantiles_interpolate_inside_log2_buckets() {
         // 10 samples in [4, 8) us.
         let h = hist(&[0, 0, 10], 0.0);
-        assert!((quantile(&h, 0.5).unwrap() - 6e-6).abs() < 1e-12);
-        assert!((quantile(&h, 1.0).unwrap() - 8e-6).abs() < 1e-12);
+        assert!((h.quantile(0.5).unwrap() - 6e-6).abs() < 1e-12);
+        assert!((h.quantile(1.0).unwrap() - 8e-6).abs() < 1e-12);
         // First bucket: [1, 2) us.
         let h = hist(&[4], 0.0);
-        assert!((quantile(&h, 0.5).unwrap() - 1.5e-6).abs() < 1e-12);
+        assert!((h.quantile(0.5).unwrap() - 1.5e-6).abs() < 1e-12);
         // 90 fast, 10 slow: p50 fast, p99 slow.
         let h = hist(&[0, 90, 0, 0, 0, 0, 0, 0, 0, 0, 10], 0.0);
-        assert!(quantile(&h, 0.5).unwrap() < 4e-6);
-        assert!(quantile(&h, 0.99).unwrap() > 1e-3);
-        assert_eq!(quantile(&hist(&[0, 0], 0.0), 0.5), None);
+        assert!(h.quantile(0.5).unwrap() < 4e-6);
+        assert!(h.quantile(0.99).unwrap() > 1e-3);
+        assert_eq!(hist(&[0, 0], 0.0).quantile(0.5), None);
     }
 
     #[test]
@@ -367,30 +332,34 @@ mod tests {
             )],
             bursts: vec![Burst {
                 iface: "eth0".into(),
-                direction: "egress".into(),
+                direction: "egress",
                 peer: "10.0.0.2".into(),
                 count: 3,
                 bytes: hist(&[0, 0, 3], 20.0),
                 duration: hist(&[0, 3], 9e-6),
             }],
-            links: vec![Link {
+            links: vec![LinkSeries {
                 iface: "eth0".into(),
-                tx_bytes: 10,
-                ..Link::default()
+                stats: LinkStats {
+                    tx_bytes: 10,
+                    ..LinkStats::default()
+                },
             }],
-            qdiscs: vec![Qdisc {
+            qdiscs: vec![QdiscSeries {
                 iface: "eth0".into(),
-                kind: "tbf".into(),
-                handle: "8001:".into(),
-                drops: 1,
-                sent_bytes: 100,
-                ..Qdisc::default()
+                stats: QdiscStats {
+                    kind: "tbf".into(),
+                    handle: "8001:".into(),
+                    drops: 1,
+                    sent_bytes: 100,
+                    ..QdiscStats::default()
+                },
             }],
             sojourn: vec![Sojourn {
                 iface: "eth0".into(),
                 seconds: hist(&[5, 0], 1e-5),
             }],
-            drops: vec![super::super::client::Drop {
+            drops: vec![DropSeries {
                 reason: "NO_SOCKET".into(),
                 packets: 7,
             }],
@@ -409,13 +378,13 @@ mod tests {
         );
         now.bursts[0].count = 5;
         now.bursts[0].bytes = hist(&[0, 0, 5], 30.0);
-        now.links[0].tx_bytes = 30;
-        now.qdiscs[0].drops = 5;
-        now.qdiscs[0].backlog_bytes = 4096;
-        now.qdiscs[0].sent_bytes = 300;
+        now.links[0].stats.tx_bytes = 30;
+        now.qdiscs[0].stats.drops = 5;
+        now.qdiscs[0].stats.backlog_bytes = 4096;
+        now.qdiscs[0].stats.sent_bytes = 300;
         now.sojourn[0].seconds = hist(&[5, 4], 3e-5);
         now.drops[0].packets = 9;
-        now.drops.push(super::super::client::Drop {
+        now.drops.push(DropSeries {
             reason: "TCP_CSUM".into(),
             packets: 1,
         });
