@@ -21,6 +21,7 @@ pub mod link;
 pub mod metrics;
 pub mod netns;
 pub mod nft;
+pub mod parquet;
 pub mod probe;
 pub mod process;
 pub mod timeline;

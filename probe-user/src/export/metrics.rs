@@ -30,7 +30,7 @@ pub fn registry(latest: Latest) -> Registry {
     r
 }
 
-type Series<V> = (Vec<(&'static str, String)>, V);
+pub(super) type Series<V> = (Vec<(&'static str, String)>, V);
 
 /// A metric family from (labels, value) pairs. A series without labels is written bare
 /// (`name 1`, not `name{} 1`).
@@ -65,7 +65,7 @@ fn counter<V: EncodeCounterValue>(
     })
 }
 
-fn gauge(
+pub(super) fn gauge(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -76,7 +76,7 @@ fn gauge(
     })
 }
 
-fn l(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+pub(super) fn l(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
 }
 
@@ -211,6 +211,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     encode_bursts(s, enc)?;
     encode_queues(s, enc)?;
     encode_interfaces(s, enc)?;
+    super::features::encode(s, enc)?;
     counter(
         enc,
         "probe_map_full",

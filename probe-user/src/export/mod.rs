@@ -1,3 +1,4 @@
 //! Export: the Prometheus scrape target and the JSON API.
+pub mod features;
 pub mod http;
 pub mod metrics;

@@ -114,4 +114,7 @@ pub struct BurstEvent {
     pub duration_s: f64,
     pub bytes: u64,
     pub packets: u64,
+    /// Time of the tick that delivered the event (`time_unix` of its snapshot): a replay
+    /// hands each tick the events the daemon handed it.
+    pub tick_unix: f64,
 }

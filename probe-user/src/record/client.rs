@@ -58,6 +58,7 @@ mod tests {
             duration_s: 0.012_345,
             bytes: 4 << 20,
             packets: 2900,
+            tick_unix: 1_700_000_000.5,
         };
         let snap = d::Snapshot {
             tick: 7,

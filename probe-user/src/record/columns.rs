@@ -189,6 +189,7 @@ pub const COLUMNS: &[Column<Row>] = &[
 
 /// The columns of the burst events table, in file order.
 pub const EVENT_COLUMNS: &[Column<BurstEvent>] = &[
+    col!(tick_unix, F64, required),
     col!(start_unix, F64, required),
     col!(duration_s, F64, required),
     col!(iface, Str, required),
