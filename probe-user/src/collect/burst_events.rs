@@ -15,7 +15,8 @@
 use std::collections::HashMap;
 
 use aya::maps::{MapData, RingBuf};
-use probe_ebpf::{BurstEnd, FlowKey, FlowStats, DIR_EGRESS};
+use probe_ebpf::{Addr, BurstEnd, FlowKey, FlowStats, DIR_EGRESS};
+use rustc_hash::FxHashMap;
 
 use super::direction_label;
 use crate::{
@@ -113,36 +114,40 @@ pub fn realtime_offset_ns() -> i64 {
     r - (m0 + (m1 - m0) / 2)
 }
 
-/// The snapshot's form of a record, or None if its interface is not monitored (detached
-/// this tick) or its address family unknown.
-pub fn to_event(
-    r: &BurstEnd,
-    offset_ns: i64,
-    ifnames: &HashMap<u32, String>,
-) -> Option<BurstEvent> {
-    let iface = ifnames.get(&r.ifindex)?;
-    let peer = ip_from_abi(r.family, &r.addr)?;
-    Some(BurstEvent {
-        iface: iface.clone(),
+/// The snapshot's form of a record, with its interface and peer already named.
+pub fn to_event(r: &BurstEnd, offset_ns: i64, iface: &str, peer: &str) -> BurstEvent {
+    BurstEvent {
+        iface: iface.to_owned(),
         direction: direction_label(r.direction).to_owned(),
-        peer: peer_label(peer),
+        peer: peer.to_owned(),
         start_unix: (r.start_ns as i64).saturating_add(offset_ns) as f64 * 1e-9,
         duration_s: r.duration_ns as f64 * 1e-9,
         bytes: r.bytes,
         packets: r.packets,
-    })
+    }
 }
 
-/// Named events of `records`, in start order.
+/// Named events of `records`, in start order. Records of interfaces not in `ifnames`
+/// (detached this tick) or of an unknown address family are left out. Each peer's label is
+/// formatted once per tick: a busy tick has many bursts of few peers.
 pub fn events(
     records: &[BurstEnd],
     offset_ns: i64,
     ifnames: &HashMap<u32, String>,
 ) -> Vec<BurstEvent> {
-    let mut out: Vec<BurstEvent> = records
-        .iter()
-        .filter_map(|r| to_event(r, offset_ns, ifnames))
-        .collect();
+    let mut peers: FxHashMap<(u8, Addr), Option<String>> = FxHashMap::default();
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        let Some(iface) = ifnames.get(&r.ifindex) else {
+            continue;
+        };
+        let peer = peers
+            .entry((r.family, r.addr))
+            .or_insert_with(|| ip_from_abi(r.family, &r.addr).map(peer_label));
+        if let Some(peer) = peer {
+            out.push(to_event(r, offset_ns, iface, peer));
+        }
+    }
     out.sort_by(|a, b| {
         a.start_unix
             .total_cmp(&b.start_unix)
@@ -220,7 +225,9 @@ mod tests {
             u32::from_ne_bytes([10, 0, 0, 2]),
         ];
         let ifnames = HashMap::from([(3, "eth0".to_owned())]);
-        assert_eq!(to_event(&r, 0, &ifnames).unwrap().peer, "10.0.0.2");
+        assert_eq!(events(&[r], 0, &ifnames)[0].peer, "10.0.0.2");
+        r.family = 0;
+        assert!(events(&[r], 0, &ifnames).is_empty(), "unknown family");
     }
 
     #[test]
