@@ -49,8 +49,15 @@ pub const BURSTS_MAX_ENTRIES: u32 = 16_384;
 /// Packets waiting in a monitored qdisc, keyed by skb address (for sojourn time).
 pub const QDISC_INFLIGHT_MAX_ENTRIES: u32 = 65_536;
 pub const DROP_REASONS_MAX_ENTRIES: u32 = 1_024;
+/// Bytes of the BURST_EVENTS ring buffer (a power of two, a multiple of the page size).
+/// A record is 64 bytes (an 8-byte header + `BurstEnd`), so 4 MiB holds 65,536 burst ends:
+/// a whole 1 s tick of 65,536 bursts/s (6,500 flows each ending a burst every 100 ms, well
+/// above a training host's connection count) before the kernel has to drop one, and the
+/// same number user space hands over per tick at most. It costs 4 MiB of kernel memory.
+pub const BURST_EVENTS_BYTES: u32 = 4 << 20;
 
-/// Slots of the ERRORS per-CPU array: inserts that a full map refused.
+/// Slots of the ERRORS per-CPU array: inserts (or ring buffer reservations) that a full map
+/// refused.
 pub mod errors {
     pub const FLOWS_FULL: u32 = 0;
     pub const CONNS_FULL: u32 = 1;
@@ -59,9 +66,12 @@ pub mod errors {
     pub const QDISC_INFLIGHT_FULL: u32 = 4;
     pub const NONIP_FULL: u32 = 5;
     pub const SOJOURN_FULL: u32 = 6;
-    pub const COUNT: u32 = 8;
+    /// A burst end the full BURST_EVENTS ring buffer had no room for (an event lost).
+    pub const BURST_EVENTS_FULL: u32 = 7;
+    /// Slots in the array: one per name.
+    pub const COUNT: u32 = NAMES.len() as u32;
     /// Map names for the exported label, by slot.
-    pub const NAMES: [&str; 7] = [
+    pub const NAMES: [&str; 8] = [
         "FLOWS",
         "CONNS",
         "PEER_TCP",
@@ -69,6 +79,7 @@ pub mod errors {
         "QDISC_INFLIGHT",
         "NONIP",
         "QDISC_SOJOURN",
+        "BURST_EVENTS",
     ];
 }
 
@@ -84,6 +95,7 @@ pub mod names {
     pub const QDISC_INFLIGHT: &str = "QDISC_INFLIGHT";
     pub const QDISC_SOJOURN: &str = "QDISC_SOJOURN";
     pub const ERRORS: &str = "ERRORS";
+    pub const BURST_EVENTS: &str = "BURST_EVENTS";
     pub const KFREE_SKB: &str = "tp_kfree_skb";
     pub const QDISC_DEQUEUE: &str = "tp_qdisc_dequeue";
     pub const TCP_PROBE: &str = "tp_tcp_probe";
@@ -160,6 +172,9 @@ pub struct FlowStats {
     pub last_burst_bytes: u64,
     pub last_burst_ns: u64,
     pub max_burst_bytes: u64,
+    /// `packets` when the burst in progress started: the burst's packets are the difference,
+    /// so counting them costs nothing per packet.
+    pub burst_start_packets: u64,
 }
 
 /// Traffic that is not IP (ARP, LLDP, ...) is counted per interface and direction.
@@ -250,6 +265,27 @@ impl Default for BurstHist {
     }
 }
 
+/// One ended burst of one flow, streamed through the BURST_EVENTS ring buffer: one record per
+/// burst, never per packet. Written when the flow's next packet comes after an idle gap
+/// longer than BURST_GAP_NS; times are the kernel's monotonic clock (bpf_ktime_get_ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BurstEnd {
+    /// First packet of the burst.
+    pub start_ns: u64,
+    /// First to last packet.
+    pub duration_ns: u64,
+    /// Wire-equivalent bytes and packets, as FlowStats counts them.
+    pub bytes: u64,
+    pub packets: u64,
+    /// The remote address (dst for egress, src for ingress), network order.
+    pub addr: Addr,
+    pub ifindex: u32,
+    pub family: u8,
+    pub direction: u8,
+    pub _pad: u16,
+}
+
 /// A packet waiting in a monitored interface's qdisc (QDISC_INFLIGHT, keyed by skb address).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -333,7 +369,7 @@ pub fn log2_bucket(v: u64) -> usize {
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 44);
-    assert!(core::mem::size_of::<FlowStats>() == 96);
+    assert!(core::mem::size_of::<FlowStats>() == 104);
     assert!(core::mem::size_of::<IfaceKey>() == 8);
     assert!(core::mem::size_of::<PeerKey>() == 20);
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 4));
@@ -343,6 +379,12 @@ const _: () = {
     assert!(core::mem::size_of::<BurstHist>() == 8 * (2 * LOG2_BUCKETS + 3));
     assert!(core::mem::size_of::<NsHist>() == 8 * (LOG2_BUCKETS + 2));
     assert!(core::mem::size_of::<Inflight>() == 16);
+    // 56 bytes + the ring buffer's 8-byte header = 64 per record (see BURST_EVENTS_BYTES);
+    // 8-byte aligned, as bpf_ringbuf_reserve requires.
+    assert!(core::mem::size_of::<BurstEnd>() == 56);
+    assert!(core::mem::align_of::<BurstEnd>() == 8);
+    assert!(errors::COUNT as usize == errors::NAMES.len());
+    assert!(errors::BURST_EVENTS_FULL < errors::COUNT);
 };
 
 #[cfg(feature = "user")]
@@ -362,6 +404,7 @@ mod pod {
     unsafe impl aya::Pod for BurstHist {}
     unsafe impl aya::Pod for NsHist {}
     unsafe impl aya::Pod for Inflight {}
+    unsafe impl aya::Pod for BurstEnd {}
 }
 
 #[cfg(test)]

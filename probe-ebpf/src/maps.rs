@@ -2,11 +2,11 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use probe_ebpf::{
     errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
-    Inflight, NsHist, PeerKey, PeerTcp, BURSTS_MAX_ENTRIES, CONNS_MAX_ENTRIES,
+    Inflight, NsHist, PeerKey, PeerTcp, BURSTS_MAX_ENTRIES, BURST_EVENTS_BYTES, CONNS_MAX_ENTRIES,
     DROP_REASONS_MAX_ENTRIES, FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES,
     QDISC_INFLIGHT_MAX_ENTRIES,
 };
@@ -36,6 +36,13 @@ pub static PEER_TCP: LruHashMap<PeerKey, PeerTcp> =
 #[map(name = "PEER_BURSTS")]
 pub static PEER_BURSTS: LruHashMap<BurstKey, BurstHist> =
     LruHashMap::with_max_entries(BURSTS_MAX_ENTRIES, 0);
+
+/// One record per ended burst (probe_ebpf::BurstEnd), drained by user space every tick. A
+/// ring buffer rather than a perf buffer: one buffer shared by all CPUs, records in order,
+/// and a reservation that fails cleanly when full (counted in ERRORS, BURST_EVENTS_FULL).
+/// Sized in probe_ebpf::BURST_EVENTS_BYTES.
+#[map(name = "BURST_EVENTS")]
+pub static BURST_EVENTS: RingBuf = RingBuf::with_byte_size(BURST_EVENTS_BYTES, 0);
 
 /// Dropped packets by kernel drop reason (skb:kfree_skb).
 #[map(name = "DROPS")]

@@ -6,19 +6,19 @@
 //! Every program returns TC_ACT_UNSPEC (-1): it only observes, the packet goes on as if the
 //! filter were not there.
 use aya_ebpf::{
-    bindings::{BPF_ANY, TC_ACT_UNSPEC},
+    bindings::{BPF_ANY, BPF_RB_NO_WAKEUP, TC_ACT_UNSPEC},
     helpers::bpf_ktime_get_ns,
     macros::classifier,
     programs::TcContext,
 };
 use probe_ebpf::{
-    errors, log2_bucket, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight, AF_INET,
-    AF_INET6, DIR_EGRESS, DIR_INGRESS,
+    errors, log2_bucket, BurstEnd, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight,
+    AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS,
 };
 
 use crate::maps::{
-    atomic_add, bucket_index, count_error, lookup_or_copy, lookup_or_init, zeroed, FLOWS, NONIP,
-    PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, ZERO_BURSTS,
+    atomic_add, bucket_index, count_error, lookup_or_copy, lookup_or_init, zeroed, BURST_EVENTS,
+    FLOWS, NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, ZERO_BURSTS,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -209,8 +209,12 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     let gap = unsafe { core::ptr::read_volatile(&BURST_GAP_NS) };
     let last = s.last_seen_ns;
     if now > last && now - last > gap && s.burst_bytes > 0 {
+        let start = s.burst_start_ns;
         let size = s.burst_bytes;
-        let duration = last.saturating_sub(s.burst_start_ns);
+        let duration = last.saturating_sub(start);
+        // `packets` already holds this packet, which opens the next burst.
+        let packets_before = s.packets.saturating_sub(segs);
+        let packets = packets_before.saturating_sub(s.burst_start_packets);
         s.last_burst_bytes = size;
         s.last_burst_ns = duration;
         if size > s.max_burst_bytes {
@@ -219,15 +223,17 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         s.bursts += 1;
         s.burst_start_ns = now;
         s.burst_bytes = 0;
-        burst_ended(&key, size, duration);
+        s.burst_start_packets = packets_before;
+        burst_ended(&key, start, size, duration, packets);
     }
     s.burst_bytes += wire_bytes;
     s.last_seen_ns = now;
 }
 
-/// Adds an ended burst to its peer's histograms. Runs once per burst, not per packet.
+/// Adds an ended burst to its peer's histograms and streams it to user space. Runs once per
+/// burst, not per packet.
 #[inline(always)]
-fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
+fn burst_ended(k: &FlowKey, start_ns: u64, size: u64, duration_ns: u64, packets: u64) {
     let mut key: BurstKey = zeroed();
     key.addr = if k.direction == DIR_EGRESS {
         k.dst
@@ -237,6 +243,7 @@ fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
     key.ifindex = k.ifindex;
     key.family = k.family;
     key.direction = k.direction;
+    emit_burst(&key, start_ns, size, duration_ns, packets);
     let Some(h) = lookup_or_copy(&PEER_BURSTS, &key, &ZERO_BURSTS, errors::BURSTS_FULL) else {
         return;
     };
@@ -258,6 +265,32 @@ fn burst_ended(k: &FlowKey, size: u64, duration_ns: u64) {
         atomic_add(&mut (*h).bytes, size);
         atomic_add(&mut (*h).duration_ns, duration_ns);
     }
+}
+
+/// Writes one BurstEnd record into BURST_EVENTS, or counts it lost when the ring is full.
+/// No wakeup: user space drains the ring on its tick instead of polling it, so the kernel
+/// need not queue an irq_work per record.
+#[inline(always)]
+fn emit_burst(k: &BurstKey, start_ns: u64, size: u64, duration_ns: u64, packets: u64) {
+    let Some(mut e) = BURST_EVENTS.reserve::<BurstEnd>(0) else {
+        count_error(errors::BURST_EVENTS_FULL);
+        return;
+    };
+    let p = e.as_mut_ptr();
+    // SAFETY: `p` is the reserved record, sized and 8-byte aligned for a BurstEnd; every
+    // field is written before submit hands it over.
+    unsafe {
+        (*p).start_ns = start_ns;
+        (*p).duration_ns = duration_ns;
+        (*p).bytes = size;
+        (*p).packets = packets;
+        (*p).addr = k.addr;
+        (*p).ifindex = k.ifindex;
+        (*p).family = k.family;
+        (*p).direction = k.direction;
+        (*p)._pad = 0;
+    }
+    e.submit(BPF_RB_NO_WAKEUP as u64);
 }
 
 #[inline(always)]

@@ -73,6 +73,9 @@ pub struct FlowTick<'a> {
     pub evictions: u64,
     /// (bytes this tick, key, state) of the busiest flows.
     pub top: Vec<(u64, FlowKey, FlowStats)>,
+    /// The last reading of each flow deleted this tick for idleness (its open burst, if any,
+    /// has ended: see burst_events::unfinished).
+    pub removed: Vec<(FlowKey, FlowStats)>,
 }
 
 pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
@@ -133,13 +136,15 @@ impl FlowCollector {
             }
             *slot = (v, tick);
             if now_ns.saturating_sub(v.last_seen_ns) > self.idle_timeout_ns {
-                idle.push(k);
+                idle.push((k, v));
             }
         }
         // Idle flows were counted to their last byte: delete them from the kernel map.
-        for k in idle {
+        let mut removed = Vec::new();
+        for (k, v) in idle {
             if self.flows.remove(&k).is_ok() {
                 self.prev.remove(&k);
+                removed.push((k, v));
             }
         }
         // Flows we had and the map no longer has were evicted by the kernel.
@@ -170,6 +175,7 @@ impl FlowCollector {
                 .into_iter()
                 .map(|(b, (k, v))| (b, k, v))
                 .collect(),
+            removed,
         }
     }
 

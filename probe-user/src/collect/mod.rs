@@ -2,6 +2,7 @@
 //! runs them all and assembles the snapshot.
 pub mod assemble;
 pub mod batch;
+pub mod burst_events;
 pub mod bursts;
 pub mod delta;
 pub mod drops;
@@ -17,10 +18,10 @@ use std::{collections::HashMap, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use probe_ebpf::{names, DIR_EGRESS};
+use probe_ebpf::{errors, names, DIR_EGRESS};
 
 use crate::snapshot::{
     ip_from_abi, peer_label, BurstSeries, DropSeries, FlowDetail, FlowSeries, MapFull, NonIpSeries,
@@ -34,6 +35,7 @@ pub struct Collector {
     flows: flows::FlowCollector,
     tcp: tcp::TcpCollector,
     bursts: bursts::BurstCollector,
+    burst_events: burst_events::BurstEventCollector,
     drops: drops::DropCollector,
     sojourn: sojourn::SojournCollector,
     errors: PerCpuArray<MapData, u64>,
@@ -77,8 +79,10 @@ impl Collector {
         let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
         let sojourn = BpfHashMap::try_from(take(names::QDISC_SOJOURN)?)?;
         let errors = PerCpuArray::try_from(take(names::ERRORS)?)?;
+        let ring = RingBuf::try_from(take(names::BURST_EVENTS)?)?;
         Ok(Self {
             bursts: bursts::BurstCollector::new(bursts),
+            burst_events: burst_events::BurstEventCollector::new(ring),
             drops: drops::DropCollector::new(drops, drop_names),
             sojourn: sojourn::SojournCollector::new(sojourn),
             errors,
@@ -150,6 +154,14 @@ impl Collector {
         }
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
+        let mut ended = self.burst_events.drain();
+        ended.extend(
+            ft.removed
+                .iter()
+                .filter_map(|(k, v)| burst_events::unfinished(k, v)),
+        );
+        snap.burst_events =
+            burst_events::events(&ended, burst_events::realtime_offset_ns(), ifnames);
         snap.flows.sort_by(|a, b| {
             (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
         });
@@ -194,6 +206,11 @@ impl Collector {
                 inserts_refused: n,
             })
             .collect();
+        let ring_full = snap
+            .map_full
+            .get(errors::BURST_EVENTS_FULL as usize)
+            .map_or(0, |m| m.inserts_refused);
+        snap.events_lost = ring_full + self.burst_events.dropped();
         snap
     }
 

@@ -194,6 +194,12 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     )?;
     counter(
         enc,
+        "probe_events_lost",
+        "Burst events lost: the kernel's ring buffer was full, or a tick's cap was exceeded",
+        [(vec![], s.events_lost)],
+    )?;
+    counter(
+        enc,
         "probe_bpf_run_seconds",
         "Time the kernel spent running a probe program (kernel BPF run-time statistics)",
         s.programs
