@@ -124,6 +124,8 @@ pub fn to_event(r: &BurstEnd, offset_ns: i64, iface: &str, peer: &str) -> BurstE
         duration_s: r.duration_ns as f64 * 1e-9,
         bytes: r.bytes,
         packets: r.packets,
+        // Set by the collect stage once the tick's time is known.
+        tick_unix: 0.0,
     }
 }
 
