@@ -26,6 +26,8 @@ pub enum Command {
     Run(RunArgs),
     /// Record a running daemon's per-tick telemetry to a Parquet file (docs/recording.md).
     Record(crate::record::RecordArgs),
+    /// Live terminal view of a running daemon (docs/top.md).
+    Top(crate::top::TopArgs),
 }
 
 #[derive(Args, Debug, Default, Clone)]

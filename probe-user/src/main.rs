@@ -21,6 +21,7 @@ mod pipeline;
 mod record;
 mod run;
 mod snapshot;
+mod top;
 
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Run(args) => run::main(args),
         cli::Command::Record(args) => record::main(args),
+        cli::Command::Top(args) => top::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,6 +25,7 @@ pub mod parquet;
 pub mod probe;
 pub mod process;
 pub mod timeline;
+pub mod tmux;
 pub mod traffic;
 
 pub use kernel::{Hook, Traffic};
