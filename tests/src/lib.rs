@@ -24,6 +24,8 @@ pub mod nft;
 pub mod parquet;
 pub mod probe;
 pub mod process;
+pub mod prometheus;
+pub mod rdma;
 pub mod timeline;
 pub mod tmux;
 pub mod traffic;
