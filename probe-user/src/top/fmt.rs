@@ -91,7 +91,7 @@ pub const PEER_HEADER: [&str; 13] = [
 ];
 
 /// Minimum widths of the peer columns (the UI lays them out; `--once` pads to them).
-pub const PEER_WIDTHS: [u16; 13] = [15, 7, 7, 12, 6, 9, 9, 7, 7, 7, 12, 7, 1];
+pub const PEER_WIDTHS: [u16; 13] = [20, 7, 7, 12, 6, 9, 9, 7, 7, 7, 12, 7, 1];
 
 pub fn peer_cells(p: &PeerRow, history: &[f64]) -> [String; 13] {
     [

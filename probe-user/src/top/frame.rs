@@ -103,6 +103,8 @@ pub struct SelfRow {
     pub hooks: usize,
     pub hooks_missing: Vec<String>,
     pub peers_folded: Option<f64>,
+    /// (stage, seconds) of the daemon's last tick.
+    pub stages: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -446,6 +448,11 @@ fn probe_self(now: &Snapshot, prev: Option<&Snapshot>, dt: Option<f64>) -> SelfR
         hooks: now.hooks.len(),
         hooks_missing: missing,
         peers_folded: now.peers_folded.map(|x| x as f64),
+        stages: now
+            .stages
+            .iter()
+            .map(|t| (t.stage.clone(), t.seconds))
+            .collect(),
     }
 }
 

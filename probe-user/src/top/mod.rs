@@ -57,8 +57,8 @@ fn timeout(args: &TopArgs) -> Duration {
     args.interval.max(Duration::from_secs(2))
 }
 
-/// `--once`: read, and if the daemon does not send its own rates, read the next tick too so
-/// that rates can be computed. Bounded: at most a few ticks of waiting.
+/// `--once`: read two consecutive ticks, so that what the daemon does not rate itself (an
+/// older daemon's counters, program runs) has a rate too. Bounded: a few ticks of waiting.
 fn once(ep: &Endpoint, args: &TopArgs) -> Result<()> {
     let get = || -> Result<Snapshot> {
         ep.get_json(SNAPSHOT, timeout(args))
@@ -72,18 +72,15 @@ fn once(ep: &Endpoint, args: &TopArgs) -> Result<()> {
         .map_or(Duration::from_secs(1), |t| {
             Duration::from_secs_f64(t.min(10.0))
         });
-    let needs_second = first.observations.is_empty();
     let t0 = first.time_unix;
     app.on_snapshot(first);
-    if needs_second {
-        let deadline = Instant::now() + wait * 3;
-        while Instant::now() < deadline {
-            std::thread::sleep(wait / 4);
-            let s = get()?;
-            if s.time_unix != t0 {
-                app.on_snapshot(s);
-                break;
-            }
+    let deadline = Instant::now() + wait * 3;
+    while Instant::now() < deadline {
+        std::thread::sleep(wait / 4);
+        let s = get()?;
+        if s.time_unix != t0 {
+            app.on_snapshot(s);
+            break;
         }
     }
     let mut out = std::io::stdout().lock();

@@ -86,6 +86,9 @@ pub struct Snapshot {
     pub features: Vec<Row>,
     #[serde(deserialize_with = "lenient_vec")]
     pub forecasts: Vec<Forecast>,
+    /// How long each stage of the daemon's last tick took.
+    #[serde(deserialize_with = "lenient_vec")]
+    pub stages: Vec<Stage>,
     /// The daemon's own resource use (proposed; absent from today's daemons).
     #[serde(deserialize_with = "lenient")]
     pub process: Option<Process>,
@@ -297,6 +300,13 @@ pub struct Forecast {
     #[serde(alias = "probability")]
     pub spike_probability: Option<f64>,
     pub rtt_forecast_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Stage {
+    pub stage: String,
+    pub seconds: f64,
 }
 
 /// The daemon's resource use, if it reports it.

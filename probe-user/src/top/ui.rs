@@ -82,6 +82,14 @@ pub fn self_lines(fr: &Frame) -> Vec<String> {
         ),
         format!("events lost {}", opt(p.events_lost)),
     ];
+    if !p.stages.is_empty() {
+        let t: Vec<String> = p
+            .stages
+            .iter()
+            .map(|(s, secs)| format!("{s} {}", f::secs(Some(*secs))))
+            .collect();
+        v.push(format!("tick {}", t.join("  ")));
+    }
     let full: Vec<String> = p.map_full.iter().map(|(m, n)| format!("{m}={n}")).collect();
     v.push(format!(
         "map full {}",
@@ -186,7 +194,7 @@ fn draw_peers(t: &mut Term, app: &App, area: Rect) {
 fn draw_lower(t: &mut Term, fr: &Frame, area: Rect) {
     let cols = Layout::default()
         .direction(Direction::Horizontal)
-        .constraints([Constraint::Percentage(50), Constraint::Percentage(50)])
+        .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
         .split(area);
     let left = Layout::default()
         .direction(Direction::Vertical)
@@ -218,7 +226,7 @@ fn draw_lower(t: &mut Term, fr: &Frame, area: Rect) {
         ])
     }));
     t.render_widget(
-        Table::new(q, widths(&[22, 9, 8, 5, 6, 7]))
+        Table::new(q, widths(&[18, 9, 8, 5, 6, 7]))
             .header(header(f::QDISC_HEADER))
             .block(block("Queues and drops")),
         left[1],
