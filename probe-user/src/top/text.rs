@@ -89,3 +89,34 @@ pub fn render(app: &App) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::top::model::Snapshot;
+
+    #[test]
+    fn plain_text_with_every_section() {
+        let mut a = App::new("http://h:9464");
+        assert!(render(&a).contains("no data"));
+        let s: Snapshot = serde_json::from_value(serde_json::json!({
+            "tick": 1, "time_unix": 10.0,
+            "peers": [{"peer": "10.0.0.2", "srtt_seconds": 0.0015}],
+            "links": [{"iface": "eth0", "tx_bytes": 100}],
+            "programs": [{"program": "tc_egress_eth", "run_seconds": 1e-6, "runs": 2}]
+        }))
+        .unwrap();
+        a.on_snapshot(s);
+        let t = render(&a);
+        assert!(!t.contains('\x1b'));
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("10.0.0.2") && l.contains("1.5ms")),
+            "{t}"
+        );
+        assert!(
+            t.contains("RDMA: no ports") && t.contains("tc_egress_eth  500"),
+            "{t}"
+        );
+    }
+}

@@ -365,3 +365,77 @@ fn draw_help(t: &mut Term, area: Rect) {
         r,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::top::model::Snapshot;
+    use crossterm::event::{KeyCode, KeyEvent};
+    use ratatui::{backend::TestBackend, Terminal};
+
+    fn app() -> App {
+        let mut a = App::new("http://127.0.0.1:9464");
+        let s: Snapshot = serde_json::from_value(serde_json::json!({
+            "tick": 7, "time_unix": 3661.0,
+            "peers": [{"peer": "10.0.0.2", "srtt_seconds": 0.002},
+                      {"peer": "fd00:231:1::2", "srtt_seconds": 0.0001}],
+            "qdiscs": [{"iface": "eth0", "kind": "tbf", "handle": "1:", "backlog_bytes": 1000}],
+            "rdma": {"ports": [{"device": "mlx5_0", "port": 1, "rates": {"cnp_sent": 5.0}}]},
+            "hooks": [{"hook": "tc", "attached": true}, {"hook": "sock_ops", "attached": false}]
+        }))
+        .unwrap();
+        a.on_snapshot(s);
+        a
+    }
+
+    fn screen(a: &App, w: u16, h: u16) -> String {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| draw(f, a)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let mut s = String::new();
+        for y in 0..h {
+            for x in 0..w {
+                s.push_str(buf[(x, y)].symbol());
+            }
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Every size down to 1x1 draws, in every view.
+    #[test]
+    fn any_size_draws() {
+        let mut a = app();
+        for view in 0..3 {
+            for (w, h) in [(1, 1), (5, 3), (40, 12), (80, 24), (200, 60)] {
+                screen(&a, w, h);
+            }
+            match view {
+                0 => a.on_key(KeyEvent::from(KeyCode::Enter)),
+                _ => a.on_key(KeyEvent::from(KeyCode::Char('?'))),
+            }
+        }
+    }
+
+    #[test]
+    fn panes_and_detail() {
+        let mut a = app();
+        let s = screen(&a, 150, 40);
+        assert!(s.contains("tick 7  01:01:01 UTC  live"), "{s}");
+        for want in [
+            "10.0.0.2",
+            "fd00:231:1::2",
+            "eth0/tbf/1:",
+            "mlx5_0/1",
+            "hooks 1/2",
+        ] {
+            assert!(s.contains(want), "{want} missing:\n{s}");
+        }
+        assert!(s.contains("missing: sock_ops"), "{s}");
+        a.on_key(KeyEvent::from(KeyCode::Enter));
+        let s = screen(&a, 100, 30);
+        assert!(s.contains("Peer 10.0.0.2"), "{s}");
+        a.on_error("connection refused".into());
+        assert!(screen(&a, 100, 30).contains("reconnecting (connection refused)"));
+    }
+}
