@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use super::model::{Histogram, Row, Snapshot};
 
-/// A peer whose RTT is this many times the median of the host's peers is a straggler.
-pub const STRAGGLER_RATIO: f64 = 2.0;
+/// A peer whose RTT is this many times the median of the host's peers is a straggler (the
+/// threshold of the ProbeStragglerPeer alert).
+pub const STRAGGLER_RATIO: f64 = 3.0;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PeerRow {
@@ -277,9 +278,12 @@ fn burst_delta(now: &Snapshot, prev: Option<&Snapshot>, name: &str) -> (Option<u
 }
 
 /// Peers without the daemon's straggler feature get a ratio to the median srtt of the
-/// host's peers, when there are at least three to take a median of.
+/// host's busy peers (those with RTT samples in the last interval, i.e. a p99), when there
+/// are at least three. A peer that only receives gets no RTT samples and keeps a stale srtt:
+/// it must neither be flagged nor move the median (the same rule as rules/forecast.rules.yml).
 fn mark_stragglers(peers: &mut [PeerRow]) {
-    let mut rtts: Vec<f64> = peers.iter().filter_map(|p| p.srtt).collect();
+    let busy = |p: &PeerRow| p.rtt_p99.and(p.srtt);
+    let mut rtts: Vec<f64> = peers.iter().filter_map(busy).collect();
     if rtts.len() < 3 {
         return;
     }
@@ -289,7 +293,7 @@ fn mark_stragglers(peers: &mut [PeerRow]) {
         return;
     }
     for p in peers.iter_mut().filter(|p| p.straggler_ratio.is_none()) {
-        p.straggler_ratio = p.srtt.map(|s| s / median);
+        p.straggler_ratio = busy(p).map(|s| s / median);
     }
 }
 
@@ -507,7 +511,7 @@ mod tests {
             "observations": [{"entity_kind": "peer", "entity": "a", "interval_s": 0.5,
                 "tx_bytes_per_s": 7.0, "bursts": 2, "burst_bytes": 3000, "rtt_p99_s": 0.004}],
             "features": [{"entity_kind": "peer", "entity": "a",
-                "values": {"iteration_period_s": 0.3, "rtt_straggler_ratio": 2.5}}],
+                "values": {"iteration_period_s": 0.3, "rtt_straggler_ratio": 3.5}}],
             "forecasts": [
                 {"entity_kind": "peer", "entity": "a", "target": "rtt", "horizon_s": 10,
                  "spike_probability": 0.2},
@@ -529,13 +533,21 @@ mod tests {
 
     #[test]
     fn stragglers_against_the_median() {
-        let row = |n: &str, s: f64| PeerRow {
+        let row = |n: &str, s: f64, busy: bool| PeerRow {
             peer: n.into(),
             srtt: Some(s),
+            rtt_p99: busy.then_some(s),
             ..Default::default()
         };
-        let mut p = vec![row("a", 0.001), row("b", 0.0011), row("c", 0.005)];
+        let mut p = vec![
+            row("a", 0.001, true),
+            row("b", 0.0011, true),
+            row("c", 0.005, true),
+            row("receive-only", 0.04, false),
+        ];
         mark_stragglers(&mut p);
-        assert!(!p[0].is_straggler() && !p[1].is_straggler() && p[2].is_straggler());
+        let flagged: Vec<bool> = p.iter().map(PeerRow::is_straggler).collect();
+        assert_eq!(flagged, [false, false, true, false]);
+        assert_eq!(p[3].straggler_ratio, None);
     }
 }

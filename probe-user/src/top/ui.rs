@@ -347,7 +347,7 @@ fn draw_help(t: &mut Term, area: Rect) {
         "Esc         back / clear the filter",
         "? h         this help",
         "",
-        "A peer in red is a straggler (RTT >= 2x the host's median).",
+        "A peer in red is a straggler (RTT >= 3x the host's median).",
         "\"-\" means the daemon did not send the value.",
     ];
     let w = 64.min(area.width);
