@@ -222,20 +222,7 @@ fn peer(now: &Snapshot, prev: Option<&Snapshot>, dt: Option<f64>, name: &str) ->
     let features: BTreeMap<String, f64> = feats
         .map(|f| f.numbers().map(|(k, v)| (k.to_string(), v)).collect())
         .unwrap_or_default();
-    let mut spike: Vec<(f64, f64)> = now
-        .forecasts
-        .iter()
-        .filter(|f| f.entity == name && (f.entity_kind.is_empty() || f.entity_kind == "peer"))
-        .filter_map(|f| Some((f.horizon_s.unwrap_or(0.0), f.spike_probability?)))
-        .collect();
-    spike.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let rtt_forecast = now
-        .forecasts
-        .iter()
-        .filter(|f| f.entity == name)
-        .filter_map(|f| Some((f.horizon_s.unwrap_or(0.0), f.rtt_forecast_s?)))
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|x| x.1);
+    let (spike, rtt_forecast) = forecasts(now, name);
     PeerRow {
         peer: name.to_string(),
         srtt: on("srtt_s").or(p.and_then(|p| p.srtt_seconds)),
@@ -254,6 +241,33 @@ fn peer(now: &Snapshot, prev: Option<&Snapshot>, dt: Option<f64>, name: &str) ->
         straggler_ratio: features.get("rtt_straggler_ratio").copied(),
         features,
     }
+}
+
+/// A peer's spike probabilities by horizon (shortest first; the highest over targets), and
+/// its RTT forecast at the shortest horizon that has one.
+fn forecasts(now: &Snapshot, name: &str) -> (Vec<(f64, f64)>, Option<f64>) {
+    let rows = now
+        .forecasts
+        .iter()
+        .filter(|f| f.entity == name && (f.entity_kind.is_empty() || f.entity_kind == "peer"));
+    let mut spike: Vec<(f64, f64)> = Vec::new();
+    let mut rtt: Option<(f64, f64)> = None;
+    for f in rows {
+        let h = f.horizon_s.unwrap_or(0.0);
+        if let Some(p) = f.spike_probability {
+            match spike.iter_mut().find(|s| s.0 == h) {
+                Some(s) => s.1 = s.1.max(p),
+                None => spike.push((h, p)),
+            }
+        }
+        if let Some(r) = f.rtt_forecast_s {
+            if rtt.is_none_or(|(best, _)| h < best) {
+                rtt = Some((h, r));
+            }
+        }
+    }
+    spike.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (spike, rtt.map(|x| x.1))
 }
 
 /// Bursts of one peer that ended between the two snapshots, and their bytes.
@@ -516,7 +530,11 @@ mod tests {
                 {"entity_kind": "peer", "entity": "a", "target": "rtt", "horizon_s": 10,
                  "spike_probability": 0.2},
                 {"entity_kind": "peer", "entity": "a", "target": "rtt", "horizon_s": 1,
-                 "spike_probability": 0.9, "rtt_forecast_s": 0.008}]}));
+                 "spike_probability": 0.9, "rtt_forecast_s": 0.008},
+                {"entity_kind": "peer", "entity": "a", "target": "retransmits", "horizon_s": 1,
+                 "spike_probability": 0.3},
+                {"entity_kind": "iface", "entity": "a", "target": "queue", "horizon_s": 1,
+                 "spike_probability": 1.0}]}));
         let f = build(&s, None);
         let p = &f.peers[0];
         assert_eq!(p.tx_bytes_per_s, Some(7.0));
