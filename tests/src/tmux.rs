@@ -10,6 +10,8 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 pub struct Tmux {
     socket: String,
+    /// The server's socket file, removed on drop (kill-server leaves it behind).
+    socket_path: Option<String>,
 }
 
 impl Tmux {
@@ -20,7 +22,10 @@ impl Tmux {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
-        let t = Tmux { socket };
+        let mut t = Tmux {
+            socket,
+            socket_path: None,
+        };
         let (w, h) = (width.to_string(), height.to_string());
         cmd::run(&mut t.tmux(&[
             "-f",
@@ -37,6 +42,7 @@ impl Tmux {
         ]))?;
         // The pane stays after its program exits, so the exit status can be read.
         cmd::run(&mut t.tmux(&["set-option", "-g", "remain-on-exit", "on"]))?;
+        t.socket_path = t.format("#{socket_path}").ok().filter(|p| !p.is_empty());
         Ok(t)
     }
 
@@ -105,5 +111,8 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = cmd::output_within(&mut self.tmux(&["kill-server"]), Duration::from_secs(5));
+        if let Some(p) = &self.socket_path {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
