@@ -23,6 +23,8 @@ pub struct Config {
     pub model: Option<PathBuf>,
     pub rdma: RdmaSettings,
     pub bpf_log: bool,
+    /// The feature stage; its `tick` follows `tick`.
+    pub features: crate::features::FeatureConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +74,7 @@ impl Default for Config {
             model: None,
             rdma: RdmaSettings::default(),
             bpf_log: false,
+            features: crate::features::FeatureConfig::default(),
         }
     }
 }
@@ -89,6 +92,15 @@ struct FileConfig {
     interfaces: Option<FileInterfaces>,
     maps: Option<MapSizes>,
     rdma: Option<FileRdma>,
+    features: Option<FileFeatures>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileFeatures {
+    windows: Option<Vec<String>>,
+    period_window: Option<String>,
+    max_entities: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -137,6 +149,7 @@ impl Config {
             c.model = Some(v.clone());
         }
         c.bpf_log |= args.bpf_log;
+        c.features.tick = c.tick;
         c.validate()?;
         Ok(c)
     }
@@ -185,6 +198,22 @@ impl Config {
                     parse_duration(&v).map_err(|e| anyhow::anyhow!("key `rdma.interval`: {e}"))?;
             }
         }
+        if let Some(f) = f.features {
+            if let Some(ws) = f.windows {
+                self.features.windows = ws
+                    .iter()
+                    .map(|w| parse_duration(w))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("key `features.windows`: {e}"))?;
+            }
+            if let Some(v) = f.period_window {
+                self.features.period_window = parse_duration(&v)
+                    .map_err(|e| anyhow::anyhow!("key `features.period_window`: {e}"))?;
+            }
+            if let Some(v) = f.max_entities {
+                self.features.max_entities = v;
+            }
+        }
         Ok(())
     }
 
@@ -204,6 +233,7 @@ impl Config {
                 bail!("key `{k}`: {v} is out of range (16 to 4194304)");
             }
         }
+        self.features.validate().map_err(|e| anyhow::anyhow!(e))?;
         Ok(())
     }
 }
@@ -272,6 +302,27 @@ mod tests {
         assert!(e.contains("maps.flows"), "{e}");
         let e = from_file("listen = \"nowhere\"\n").unwrap_err().to_string();
         assert!(e.contains("listen"), "{e}");
+    }
+
+    #[test]
+    fn feature_windows_from_the_file() {
+        let c = from_file("[features]\nwindows = [\"10s\", \"1m\"]\nmax_entities = 9\n").unwrap();
+        assert_eq!(
+            c.features.windows,
+            vec![Duration::from_secs(10), Duration::from_secs(60)]
+        );
+        assert_eq!(c.features.max_entities, 9);
+        let e = from_file("[features]\nwindows = [\"1m\", \"10s\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("features.windows") && e.contains("ascending"),
+            "{e}"
+        );
+        let e = from_file("[features]\nwindows = [\"soon\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("features.windows"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! [`Pipeline::new`].
 use std::time::Instant;
 
-use crate::{config::Config, fold, observe, snapshot::Snapshot, snapshot::StageTime};
+use crate::{config::Config, features, fold, observe, snapshot::Snapshot, snapshot::StageTime};
 
 /// One stage: reads and extends the tick's snapshot. Stages keep their own state between
 /// ticks; none reaches back into an earlier one.
@@ -18,6 +18,8 @@ pub trait Stage: Send {
 
 pub struct Pipeline {
     stages: Vec<Box<dyn Stage>>,
+    /// Seconds each stage (collect included) has taken since the daemon started.
+    totals: Vec<StageTime>,
 }
 
 impl Pipeline {
@@ -25,12 +27,15 @@ impl Pipeline {
         Self {
             stages: vec![
                 Box::new(observe::Observe::default()),
+                Box::new(features::Features::new(cfg.features.clone())),
                 Box::new(fold::Fold::new(cfg)),
             ],
+            totals: Vec::new(),
         }
     }
 
-    /// Runs every stage, recording how long each took in `snap.stages`.
+    /// Runs every stage, recording how long each took in `snap.stages`, and the running
+    /// totals in `snap.stage_totals` (a rate of those is a stage's average cost).
     pub fn run(&mut self, snap: &mut Snapshot) {
         for s in &mut self.stages {
             let t = Instant::now();
@@ -40,5 +45,12 @@ impl Pipeline {
                 seconds: t.elapsed().as_secs_f64(),
             });
         }
+        for st in &snap.stages {
+            match self.totals.iter_mut().find(|t| t.stage == st.stage) {
+                Some(t) => t.seconds += st.seconds,
+                None => self.totals.push(st.clone()),
+            }
+        }
+        snap.stage_totals = self.totals.clone();
     }
 }

@@ -49,8 +49,15 @@ pub struct Snapshot {
     pub observations: Vec<crate::observe::Observation>,
     /// This tick's features of every entity (names in docs/features.md).
     pub features: Vec<crate::features::FeatureRow>,
+    /// Observations of entities the feature stage had no room for (cumulative).
+    pub features_untracked: u64,
+    /// Entities with feature state, and the bytes that state holds.
+    pub features_entities: u64,
+    pub features_state_bytes: u64,
     /// How long each stage of this tick took, in the order they ran.
     pub stages: Vec<StageTime>,
+    /// Seconds each stage has taken since the daemon started.
+    pub stage_totals: Vec<StageTime>,
     /// Interfaces that went away this tick (later stages forget their state).
     #[serde(skip)]
     pub removed_interfaces: Vec<String>,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::metrics::{gauge, l};
+use super::metrics::{counter, gauge, l};
 use crate::{fold::OTHER, observe::PEER, snapshot::Snapshot};
 
 /// (metric, feature, help). The feature names are in docs/features.md.
@@ -51,11 +51,37 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
             metric,
             help,
             peers.iter().filter_map(|f| {
-                let v = *f.values.get(*feature)?;
+                let v = f.get(feature)?;
                 Some((l(&[("peer", &f.entity)]), v))
             }),
         )?;
     }
+    gauge(
+        enc,
+        "probe_feature_entities",
+        "Entities (peers, interfaces, qdiscs, RDMA ports, drop reasons, host) with feature state",
+        [(vec![], s.features_entities as f64)],
+    )?;
+    gauge(
+        enc,
+        "probe_feature_state_bytes",
+        "Memory the feature stage holds for those entities (fixed per entity)",
+        [(vec![], s.features_state_bytes as f64)],
+    )?;
+    counter(
+        enc,
+        "probe_feature_entities_untracked",
+        "Observations of entities beyond features.max_entities, which get no features",
+        [(vec![], s.features_untracked)],
+    )?;
+    counter(
+        enc,
+        "probe_tick_stage_seconds",
+        "Time each stage of the tick has taken since the daemon started (collect, observe, features, fold)",
+        s.stage_totals
+            .iter()
+            .map(|t| (l(&[("stage", t.stage)]), t.seconds)),
+    )?;
     gauge(
         enc,
         "probe_tick_duration_seconds",

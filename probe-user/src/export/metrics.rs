@@ -54,7 +54,7 @@ fn family<V>(
     Ok(())
 }
 
-fn counter<V: EncodeCounterValue>(
+pub(super) fn counter<V: EncodeCounterValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,

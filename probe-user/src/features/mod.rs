@@ -1,17 +1,230 @@
 //! Features: per entity, from the observations and burst events of each tick, with bounded
 //! memory per entity. The same code runs in the daemon (live) and in `probe features`
 //! (offline, replaying a recording), so a model sees in training what it sees in service.
-use std::collections::BTreeMap;
+//!
+//! `signals` says what is windowed per entity kind, `schema` names the features, `window`,
+//! `bursts` and `period` compute them, `engine` keeps the per-entity state.
+mod bursts;
+mod engine;
+mod period;
+pub mod schema;
+mod signals;
+mod window;
 
-use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
-/// One entity's feature values at one tick. `values` maps a feature name (docs/features.md)
-/// to its value; a feature that is not known this tick is absent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+use serde::{ser::SerializeMap as _, Serialize, Serializer};
+
+pub use engine::Engine;
+pub use schema::{FeatureConfig, Schema};
+
+use crate::{pipeline, snapshot::Snapshot};
+
+/// One entity's feature values at one tick, in its kind's schema order. NaN is a feature
+/// not known this tick; the JSON form leaves it out.
+#[derive(Clone, Debug)]
 pub struct FeatureRow {
     pub time_unix: f64,
-    pub entity_kind: String,
+    pub entity_kind: &'static str,
     pub entity: String,
-    pub values: BTreeMap<String, f64>,
+    pub schema: Arc<Schema>,
+    pub values: Vec<f64>,
+}
+
+impl FeatureRow {
+    pub fn get(&self, name: &str) -> Option<f64> {
+        let v = *self.values.get(self.schema.index(name)?)?;
+        (!v.is_nan()).then_some(v)
+    }
+}
+
+/// `{"time_unix", "entity_kind", "entity", "values": {name: value}}` (docs/api.md).
+impl Serialize for FeatureRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Values<'a>(&'a FeatureRow);
+        impl Serialize for Values<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let known = self.0.values.iter().filter(|v| v.is_finite()).count();
+                let mut m = s.serialize_map(Some(known))?;
+                for (name, v) in self.0.schema.names.iter().zip(&self.0.values) {
+                    if v.is_finite() {
+                        m.serialize_entry(name, v)?;
+                    }
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("time_unix", &self.time_unix)?;
+        m.serialize_entry("entity_kind", self.entity_kind)?;
+        m.serialize_entry("entity", &self.entity)?;
+        m.serialize_entry("values", &Values(self))?;
+        m.end()
+    }
+}
+
+/// The features stage of the daemon.
+pub struct Features {
+    engine: Engine,
+}
+
+impl Features {
+    pub fn new(cfg: FeatureConfig) -> Self {
+        Self {
+            engine: Engine::new(cfg),
+        }
+    }
+}
+
+impl pipeline::Stage for Features {
+    fn name(&self) -> &'static str {
+        "features"
+    }
+
+    fn run(&mut self, snap: &mut Snapshot) {
+        // A tick without observations (the first) is not recorded either: skipping it
+        // keeps the live features and a replay of the recording the same.
+        if snap.observations.is_empty() {
+            return;
+        }
+        snap.features = self
+            .engine
+            .tick(snap.time_unix, &snap.observations, &snap.burst_events);
+        snap.features_untracked = self.engine.untracked;
+        snap.features_entities = self.engine.entities() as u64;
+        snap.features_state_bytes = self.engine.state_bytes() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::{BurstEvent, Observation, HOST, PEER};
+
+    fn obs(t: f64, peer: &str, rtt: f64, tx: f64) -> Observation {
+        Observation {
+            time_unix: t,
+            interval_s: 1.0,
+            entity_kind: PEER.into(),
+            entity: peer.into(),
+            rtt_p99_s: Some(rtt),
+            srtt_s: Some(rtt),
+            tx_bytes_per_s: Some(tx),
+            rx_bytes_per_s: Some(0.0),
+            ..Observation::default()
+        }
+    }
+
+    fn burst(peer: &str, start: f64) -> BurstEvent {
+        BurstEvent {
+            iface: "eth0".into(),
+            direction: "egress".into(),
+            peer: peer.into(),
+            start_unix: start,
+            duration_s: 0.05,
+            bytes: 4 << 20,
+            packets: 3000,
+            tick_unix: 0.0,
+        }
+    }
+
+    /// Ticks of 1 s with a 250 ms burst train toward peer "a", from t0.
+    fn drive(
+        engine: &mut Engine,
+        t0: f64,
+        ticks: usize,
+        mut each: impl FnMut(usize, &[FeatureRow]),
+    ) {
+        for i in 0..ticks {
+            let now = t0 + i as f64;
+            let events: Vec<_> = (0..4)
+                .map(|k| burst("a", now - 1.0 + 0.25 * k as f64 + 0.1))
+                .collect();
+            let mut rows = vec![
+                obs(now, "a", 0.002 + 1e-4 * (i % 5) as f64, 1e8),
+                obs(now, "b", 0.004, 5e7),
+            ];
+            rows.push(Observation {
+                time_unix: now,
+                entity_kind: HOST.into(),
+                entity: "host".into(),
+                tx_bytes_per_s: Some(1.5e8),
+                qdisc_backlog_bytes: Some(1000),
+                ..Observation::default()
+            });
+            let f = engine.tick(now, &rows, &events);
+            each(i, &f);
+        }
+    }
+
+    #[test]
+    fn memory_per_entity_stays_constant_over_100k_ticks() {
+        // The period every 500 ticks: the FFT is slow in a debug build, and its scratch is
+        // shared, not per entity.
+        let cfg = FeatureConfig {
+            period_every: 500,
+            ..FeatureConfig::default()
+        };
+        let mut e = Engine::new(cfg);
+        drive(&mut e, 1000.0, 200, |_, _| {});
+        let warm = e.state_bytes();
+        drive(&mut e, 1200.0, 99_800, |_, _| {});
+        assert_eq!(e.entities(), 3);
+        assert_eq!(e.state_bytes(), warm, "state grew over 100,000 ticks");
+        // What docs/features.md states per peer with the default config.
+        assert!(warm / 2 < 32 * 1024, "{warm} bytes for 2 peers and a host");
+    }
+
+    #[test]
+    fn peers_get_period_bursts_and_cross_features() {
+        let mut e = Engine::new(FeatureConfig::default());
+        let mut last = Vec::new();
+        drive(&mut e, 1000.0, 40, |_, f| last = f.to_vec());
+        let a = last.iter().find(|r| r.entity == "a").unwrap();
+        let p = a.get("iteration_period_s").unwrap();
+        assert!((p - 0.25).abs() / 0.25 < 0.05, "period {p}");
+        assert!(a.get("iteration_period_confidence").unwrap() > 0.8);
+        let duty = a.get("burst_duty_cycle_30s").unwrap();
+        assert!((duty - 0.2).abs() < 0.01, "duty {duty}");
+        assert!((a.get("burst_rate_30s").unwrap() - 4.0).abs() < 0.2);
+        // a's srtt over the median of a and b.
+        let s = a.get("rtt_straggler_ratio").unwrap();
+        assert!(s < 1.0 && s > 0.5, "{s}");
+        assert_eq!(a.get("throughput_share"), Some(1e8 / 1.5e8));
+        assert_eq!(a.get("host_backlog_bytes"), Some(1000.0));
+        let b = last.iter().find(|r| r.entity == "b").unwrap();
+        assert!(b.get("iteration_period_s").is_none());
+        assert_eq!(b.get("rtt_p99_std_120s"), Some(0.0));
+        // The JSON form leaves out what is not known.
+        let j = serde_json::to_value(b).unwrap();
+        assert!(j["values"].get("iteration_period_s").is_none());
+        assert_eq!(j["values"]["rtt_p99_last"], 0.004);
+        assert_eq!(j["entity_kind"], "peer");
+    }
+
+    #[test]
+    fn an_entity_gone_for_longer_than_the_longest_window_is_forgotten() {
+        let mut e = Engine::new(FeatureConfig::default());
+        e.tick(1.0, &[obs(1.0, "x", 0.001, 1.0)], &[]);
+        assert_eq!(e.entities(), 1);
+        e.tick(100.0, &[obs(100.0, "y", 0.001, 1.0)], &[]);
+        assert_eq!(e.entities(), 2);
+        e.tick(200.0, &[obs(200.0, "y", 0.001, 1.0)], &[]);
+        assert_eq!(e.entities(), 1);
+    }
+
+    #[test]
+    fn entities_beyond_the_limit_are_counted_not_tracked() {
+        let mut e = Engine::new(FeatureConfig {
+            max_entities: 2,
+            ..FeatureConfig::default()
+        });
+        let rows: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|p| obs(1.0, p, 0.001, 1.0))
+            .collect();
+        let f = e.tick(1.0, &rows, &[]);
+        assert_eq!(f.len(), 2);
+        assert_eq!(e.untracked, 1);
+    }
 }

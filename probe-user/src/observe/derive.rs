@@ -233,6 +233,7 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
         rows.push(r);
     }
     let mut r = base(c::HOST, "host");
+    host_totals(&mut r, &rows);
     r.drops_per_s = total.rate(dt);
     r.flows_tracked = i64::try_from(now.flows_tracked).ok();
     let mut ev = Sum::default();
@@ -241,6 +242,32 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
     r.peers_folded = i64::try_from(now.peers_folded).ok();
     rows.push(r);
     rows
+}
+
+/// The host row's throughput (sum over interface rows) and backlog (sum over qdisc rows);
+/// null when no row of that kind knows it.
+fn host_totals(host: &mut Row, rows: &[Row]) {
+    let add = |acc: &mut Option<f64>, v: Option<f64>| {
+        if let Some(v) = v {
+            *acc = Some(acc.unwrap_or(0.0) + v);
+        }
+    };
+    let mut backlog: Option<i64> = None;
+    for r in rows {
+        match r.entity_kind.as_str() {
+            c::INTERFACE => {
+                add(&mut host.tx_bytes_per_s, r.tx_bytes_per_s);
+                add(&mut host.rx_bytes_per_s, r.rx_bytes_per_s);
+            }
+            c::QDISC => {
+                if let Some(b) = r.qdisc_backlog_bytes {
+                    backlog = Some(backlog.unwrap_or(0).saturating_add(b));
+                }
+            }
+            _ => {}
+        }
+    }
+    host.qdisc_backlog_bytes = backlog;
 }
 
 #[cfg(test)]
@@ -428,6 +455,8 @@ mod tests {
         let h = find(&rows, c::HOST, "host");
         assert_eq!(h.drops_per_s, Some(1.0));
         assert_eq!(h.flows_tracked, Some(3));
+        assert_eq!(h.tx_bytes_per_s, Some(10.0));
+        assert_eq!(h.qdisc_backlog_bytes, Some(4096));
         // Every row carries the tick's time.
         assert!(rows.iter().all(|r| r.time_unix == 102.0));
     }

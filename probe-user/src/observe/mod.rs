@@ -40,7 +40,6 @@ pub const DROP_REASON: &str = "drop_reason";
 pub const HOST: &str = "host";
 
 /// Every entity kind, in the order rows of one tick are written.
-#[cfg(test)]
 pub const ENTITY_KINDS: &[&str] = &[PEER, INTERFACE, QDISC, RDMA_PORT, DROP_REASON, HOST];
 
 /// One entity at one tick. Rates are per second over `interval_s`; counts are of that

@@ -1,0 +1,210 @@
+//! A peer's recent bursts (one kernel event per ended burst, of any of its flows and either
+//! direction), kept in a fixed ring sorted by start, and the burst statistics of a window:
+//! rate, sizes, duty cycle and the idle gaps between bursts. Overlapping bursts of
+//! different flows merge into one busy interval for the duty cycle and the gaps.
+use std::collections::VecDeque;
+
+use super::schema::BURST_STATS;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Burst {
+    pub start: f64,
+    pub end: f64,
+    pub bytes: f64,
+}
+
+pub struct Bursts {
+    cap: usize,
+    /// Sorted by start.
+    events: VecDeque<Burst>,
+    /// Every burst that started after this time is in `events` (older ones were dropped for
+    /// room, or came before the peer was first seen).
+    covered_since: f64,
+}
+
+impl Bursts {
+    pub fn new(cap: usize, since: f64) -> Self {
+        Self {
+            cap,
+            events: VecDeque::with_capacity(cap),
+            covered_since: since,
+        }
+    }
+
+    /// Adds one ended burst. Events come in end order, so a long burst can start before
+    /// the last one kept: insert it in start order.
+    pub fn add(&mut self, b: Burst) {
+        if b.start < self.covered_since {
+            return;
+        }
+        if self.events.len() == self.cap {
+            if let Some(old) = self.events.pop_front() {
+                self.covered_since = self.covered_since.max(old.start);
+            }
+            if b.start < self.covered_since {
+                return;
+            }
+        }
+        let at = self
+            .events
+            .iter()
+            .rposition(|e| e.start <= b.start)
+            .map_or(0, |i| i + 1);
+        self.events.insert(at, b);
+    }
+
+    pub fn covered_since(&self) -> f64 {
+        self.covered_since
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Burst> {
+        self.events.iter()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.events.capacity() * std::mem::size_of::<Burst>()
+    }
+
+    /// Writes the burst statistics of the window (now - w, now] into `out`, in the order of
+    /// `BURST_STATS`; NaN where not known (no history yet, no burst, too few gaps).
+    pub fn window(&self, now: f64, w: f64, out: &mut [f64]) {
+        debug_assert_eq!(out.len(), BURST_STATS.len());
+        out.fill(f64::NAN);
+        let from = (now - w).max(self.covered_since);
+        let span = now - from;
+        if span <= 0.0 {
+            return;
+        }
+        let (mut count, mut sum, mut max) = (0.0, 0.0, f64::NEG_INFINITY);
+        let (mut busy, mut gaps, mut gap_sum, mut gap_sq) = (0.0, 0.0, 0.0, 0.0);
+        let mut cur: Option<(f64, f64)> = None;
+        for b in self
+            .events
+            .iter()
+            .filter(|b| b.end > from && b.start <= now)
+        {
+            if b.start > from {
+                count += 1.0;
+                sum += b.bytes;
+                max = f64::max(max, b.bytes);
+            }
+            let (s, e) = (b.start.max(from), b.end.min(now));
+            cur = match cur {
+                Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+                Some((cs, ce)) => {
+                    busy += ce - cs;
+                    let g = s - ce;
+                    gaps += 1.0;
+                    gap_sum += g;
+                    gap_sq += g * g;
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((cs, ce)) = cur {
+            busy += ce - cs;
+        }
+        out[0] = count / span;
+        if count > 0.0 {
+            out[1] = sum / count;
+            out[2] = max;
+        }
+        out[3] = (busy / span).clamp(0.0, 1.0);
+        if gaps > 0.0 {
+            let mean = gap_sum / gaps;
+            out[4] = mean;
+            if gaps >= 2.0 && mean > 0.0 {
+                let var = (gap_sq / gaps - mean * mean).max(0.0);
+                out[5] = var.sqrt() / mean;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn train(period: f64, on: f64, n: usize) -> Bursts {
+        let mut b = Bursts::new(512, 0.0);
+        for i in 0..n {
+            let s = 1.0 + i as f64 * period;
+            b.add(Burst {
+                start: s,
+                end: s + on,
+                bytes: 1000.0 * (1 + i % 2) as f64,
+            });
+        }
+        b
+    }
+
+    #[test]
+    fn a_regular_train_has_its_rate_duty_cycle_and_steady_gaps() {
+        // 100 ms on every 250 ms for 40 s.
+        let b = train(0.25, 0.1, 160);
+        let mut out = [0.0; 6];
+        b.window(41.0, 30.0, &mut out);
+        assert!((out[0] - 4.0).abs() < 0.05, "rate {}", out[0]);
+        assert!((out[1] - 1500.0).abs() < 10.0);
+        assert_eq!(out[2], 2000.0);
+        assert!((out[3] - 0.4).abs() < 0.01, "duty {}", out[3]);
+        assert!((out[4] - 0.15).abs() < 1e-9, "gap {}", out[4]);
+        assert!(out[5] < 1e-6, "cv {}", out[5]);
+    }
+
+    #[test]
+    fn overlapping_bursts_of_two_flows_merge() {
+        let mut b = Bursts::new(16, 0.0);
+        b.add(Burst {
+            start: 1.0,
+            end: 2.0,
+            bytes: 1.0,
+        });
+        b.add(Burst {
+            start: 1.5,
+            end: 2.5,
+            bytes: 1.0,
+        });
+        b.add(Burst {
+            start: 3.0,
+            end: 3.5,
+            bytes: 1.0,
+        });
+        let mut out = [0.0; 6];
+        b.window(4.0, 4.0, &mut out);
+        assert!((out[3] - 2.0 / 4.0).abs() < 1e-12, "duty {}", out[3]);
+        assert_eq!(out[4], 0.5);
+    }
+
+    #[test]
+    fn a_full_ring_drops_the_oldest_and_says_so() {
+        let mut b = Bursts::new(16, 0.0);
+        for i in 0..100 {
+            b.add(Burst {
+                start: i as f64,
+                end: i as f64 + 0.5,
+                bytes: 1.0,
+            });
+        }
+        assert_eq!(b.iter().count(), 16);
+        assert_eq!(b.covered_since(), 83.0);
+        // The window is cut to what is covered: the rate stays right.
+        let mut out = [0.0; 6];
+        b.window(100.0, 30.0, &mut out);
+        assert!((out[0] - 1.0).abs() < 0.07, "rate {}", out[0]);
+        // Late events that start before what is covered are ignored; in order otherwise.
+        b.add(Burst {
+            start: 50.0,
+            end: 99.0,
+            bytes: 1.0,
+        });
+        b.add(Burst {
+            start: 98.2,
+            end: 98.3,
+            bytes: 1.0,
+        });
+        let starts: Vec<f64> = b.iter().map(|e| e.start).collect();
+        assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
+    }
+}

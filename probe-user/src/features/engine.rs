@@ -1,0 +1,274 @@
+//! The feature engine: one state per entity (its ring, EWMAs and, for peers, bursts and
+//! period), fed one tick at a time with that tick's observations and burst events. The
+//! daemon's feature stage and `probe features` both drive this, with the same inputs in
+//! the same order, so they compute the same values bit for bit.
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use super::{
+    bursts::{Burst, Bursts},
+    period::{Period, PeriodFinder},
+    schema::{per_signal, FeatureConfig, Schema, BURST_STATS},
+    signals,
+    window::{signal_features, Ewma, Ring},
+    FeatureRow,
+};
+use crate::observe::{self as o, BurstEvent, Observation};
+
+struct Entity {
+    ring: Ring,
+    ewma: Ewma,
+    last_seen: f64,
+    /// Ticks with an observation so far.
+    ticks: u64,
+    /// Peers only.
+    bursts: Option<Bursts>,
+    period: Period,
+}
+
+pub struct Engine {
+    cfg: FeatureConfig,
+    windows: Vec<f64>,
+    schemas: Vec<Arc<Schema>>,
+    entities: FxHashMap<(&'static str, String), Entity>,
+    periods: PeriodFinder,
+    scratch: Vec<f64>,
+    /// Observations of entities beyond `max_entities`, not featurized (cumulative).
+    pub untracked: u64,
+}
+
+/// The `'static` name of a known entity kind.
+fn kind_of(s: &str) -> Option<&'static str> {
+    o::ENTITY_KINDS.iter().copied().find(|k| *k == s)
+}
+
+impl Engine {
+    pub fn new(cfg: FeatureConfig) -> Self {
+        let schemas = o::ENTITY_KINDS
+            .iter()
+            .map(|k| Arc::new(Schema::new(k, &cfg)))
+            .collect();
+        Self {
+            windows: cfg.windows.iter().map(|w| w.as_secs_f64()).collect(),
+            cfg,
+            schemas,
+            entities: FxHashMap::default(),
+            periods: PeriodFinder::default(),
+            scratch: Vec::new(),
+            untracked: 0,
+        }
+    }
+
+    /// Entities with state right now.
+    pub fn entities(&self) -> usize {
+        self.entities.len()
+    }
+
+    /// Heap bytes of all entity state (each entity's is fixed when it is made).
+    pub fn state_bytes(&self) -> usize {
+        self.entities
+            .values()
+            .map(|e| e.ring.bytes() + e.ewma.bytes() + e.bursts.as_ref().map_or(0, Bursts::bytes))
+            .sum()
+    }
+
+    /// Heap bytes one entity of `kind` holds under `cfg` (docs/features.md states them).
+    #[cfg(test)]
+    pub fn entity_bytes(kind: &'static str, cfg: &FeatureConfig) -> usize {
+        let mut e = Engine::new(cfg.clone());
+        let n = crate::observe::Observation {
+            entity_kind: kind.into(),
+            entity: "x".into(),
+            ..Default::default()
+        };
+        e.tick(1.0, &[n], &[]);
+        e.state_bytes()
+    }
+
+    fn entity(&mut self, kind: &'static str, name: &str, now: f64) -> Option<&mut Entity> {
+        let key = (kind, name.to_owned());
+        if !self.entities.contains_key(&key) {
+            if self.entities.len() >= self.cfg.max_entities {
+                return None;
+            }
+            let nsig = signals::of(kind).len();
+            let since = now - self.cfg.tick.as_secs_f64();
+            self.entities.insert(
+                key.clone(),
+                Entity {
+                    ring: Ring::new(self.cfg.ring_capacity(), nsig),
+                    ewma: Ewma::new(nsig, &self.windows),
+                    last_seen: now,
+                    ticks: 0,
+                    bursts: (kind == o::PEER).then(|| Bursts::new(self.cfg.events_per_peer, since)),
+                    period: Period::UNKNOWN,
+                },
+            );
+        }
+        self.entities.get_mut(&key)
+    }
+
+    /// One tick: folds in its burst events and observations (all of time `now`) and
+    /// returns the features of every observed entity, in observation order.
+    pub fn tick(
+        &mut self,
+        now: f64,
+        obs: &[Observation],
+        events: &[BurstEvent],
+    ) -> Vec<FeatureRow> {
+        for ev in events {
+            if let Some(e) = self.entity(o::PEER, &ev.peer, now) {
+                e.last_seen = now;
+                if let Some(b) = &mut e.bursts {
+                    b.add(Burst {
+                        start: ev.start_unix,
+                        end: ev.start_unix + ev.duration_s,
+                        bytes: ev.bytes as f64,
+                    });
+                }
+            }
+        }
+        let mut tracked = Vec::with_capacity(obs.len());
+        for r in obs {
+            let Some(kind) = kind_of(&r.entity_kind) else {
+                continue;
+            };
+            let sig = signals::of(kind);
+            self.scratch.clear();
+            self.scratch.extend(
+                sig.iter()
+                    .map(|s| (s.get)(r).filter(|v| v.is_finite()).unwrap_or(f64::NAN)),
+            );
+            let vals = std::mem::take(&mut self.scratch);
+            match self.entity(kind, &r.entity, now) {
+                Some(e) => {
+                    e.ring.push(now, &vals);
+                    e.ewma.update(now, &vals);
+                    e.last_seen = now;
+                    e.ticks += 1;
+                    tracked.push((kind, r));
+                }
+                None => self.untracked += 1,
+            }
+            self.scratch = vals;
+        }
+        let cross = Cross::of(obs);
+        let mut rows = Vec::with_capacity(tracked.len());
+        for (kind, r) in tracked {
+            rows.push(self.row(kind, r, now, &cross));
+        }
+        self.forget_stale(now);
+        rows
+    }
+
+    fn row(&mut self, kind: &'static str, r: &Observation, now: f64, cross: &Cross) -> FeatureRow {
+        let schema = self
+            .schemas
+            .iter()
+            .find(|s| s.kind == kind)
+            .expect("a schema per kind")
+            .clone();
+        let mut values = vec![f64::NAN; schema.len()];
+        let per = per_signal(self.windows.len());
+        let key = (kind, r.entity.clone());
+        let e = self.entities.get_mut(&key).expect("tracked this tick");
+        for s in 0..schema.signals {
+            signal_features(
+                &e.ring,
+                &e.ewma,
+                s,
+                now,
+                &self.windows,
+                &mut values[s * per..(s + 1) * per],
+            );
+        }
+        if let Some(b) = &e.bursts {
+            let n = BURST_STATS.len();
+            for (w, &len) in self.windows.iter().enumerate() {
+                let at = schema.bursts_at + w * n;
+                b.window(now, len, &mut values[at..at + n]);
+            }
+            if (e.ticks - 1).is_multiple_of(u64::from(self.cfg.period_every)) {
+                e.period = self
+                    .periods
+                    .estimate(b, now, self.cfg.period_window.as_secs_f64());
+            }
+            let x = &mut values[schema.extras_at..];
+            x[0] = e.period.seconds;
+            x[1] = e.period.confidence;
+            x[2] = ratio(r.srtt_s, cross.median_srtt);
+            x[3] = ratio(sum2(r.tx_bytes_per_s, r.rx_bytes_per_s), cross.peer_bytes);
+            x[4] = cross.host_bytes;
+            x[5] = cross.host_backlog;
+        }
+        FeatureRow {
+            time_unix: now,
+            entity_kind: kind,
+            entity: r.entity.clone(),
+            schema,
+            values,
+        }
+    }
+
+    /// Entities not seen for longer than the longest window have nothing left in it.
+    fn forget_stale(&mut self, now: f64) {
+        let keep = self.cfg.longest() + 2.0 * self.cfg.tick.as_secs_f64();
+        self.entities.retain(|_, e| now - e.last_seen <= keep);
+    }
+}
+
+fn ratio(a: Option<f64>, b: f64) -> f64 {
+    match a {
+        Some(a) if b > 0.0 => a / b,
+        _ => f64::NAN,
+    }
+}
+
+fn sum2(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    }
+}
+
+/// What a peer is compared against at the same tick.
+struct Cross {
+    median_srtt: f64,
+    peer_bytes: f64,
+    host_bytes: f64,
+    host_backlog: f64,
+}
+
+impl Cross {
+    fn of(obs: &[Observation]) -> Self {
+        let mut srtt: Vec<f64> = obs
+            .iter()
+            .filter(|r| r.entity_kind == o::PEER)
+            .filter_map(|r| r.srtt_s)
+            .filter(|v| *v > 0.0)
+            .collect();
+        srtt.sort_by(f64::total_cmp);
+        let median_srtt = match srtt.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => srtt[n / 2],
+            n => (srtt[n / 2 - 1] + srtt[n / 2]) / 2.0,
+        };
+        let peer_bytes = obs
+            .iter()
+            .filter(|r| r.entity_kind == o::PEER)
+            .filter_map(|r| sum2(r.tx_bytes_per_s, r.rx_bytes_per_s))
+            .sum();
+        let host = obs.iter().find(|r| r.entity_kind == o::HOST);
+        Self {
+            median_srtt,
+            peer_bytes,
+            host_bytes: host
+                .and_then(|h| sum2(h.tx_bytes_per_s, h.rx_bytes_per_s))
+                .unwrap_or(f64::NAN),
+            host_backlog: host
+                .and_then(|h| h.qdisc_backlog_bytes)
+                .map_or(f64::NAN, |b| b as f64),
+        }
+    }
+}

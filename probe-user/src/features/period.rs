@@ -1,0 +1,272 @@
+//! The training iteration period of a peer's traffic, from its burst events: the bursts
+//! become an occupancy series in 10 ms bins (share of each bin inside any burst), whose
+//! autocorrelation (by FFT) peaks at the period. The shortest lag whose peak is close to
+//! the highest one wins, so a period is not mistaken for a multiple of itself; the estimate
+//! is refined on the furthest multiple of that lag still in range, which divides the bin
+//! error by the number of periods spanned.
+use rustfft::{num_complex::Complex, FftPlanner};
+
+use super::bursts::Bursts;
+
+/// Bin width of the occupancy series.
+pub const BIN_S: f64 = 0.01;
+/// Shortest period looked for.
+const MIN_PERIOD_S: f64 = 0.03;
+/// A period needs this many repeats in the window.
+const MIN_CYCLES: usize = 3;
+/// Less burst history than this says nothing yet.
+const MIN_HISTORY_S: f64 = 1.0;
+/// Autocorrelation below this is "no period".
+pub const MIN_CONFIDENCE: f64 = 0.3;
+/// A shorter lag wins over the highest peak if its peak is at least this share of it.
+const NEAR_BEST: f64 = 0.8;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Period {
+    /// NaN without a clear period.
+    pub seconds: f64,
+    /// Autocorrelation at the period (0 to 1); NaN if there was too little history.
+    pub confidence: f64,
+}
+
+impl Period {
+    pub const UNKNOWN: Period = Period {
+        seconds: f64::NAN,
+        confidence: f64::NAN,
+    };
+}
+
+/// Scratch space and FFT plans, shared by every peer.
+pub struct PeriodFinder {
+    planner: FftPlanner<f64>,
+    bins: Vec<f64>,
+    buf: Vec<Complex<f64>>,
+    scratch: Vec<Complex<f64>>,
+    acf: Vec<f64>,
+}
+
+impl Default for PeriodFinder {
+    fn default() -> Self {
+        Self {
+            planner: FftPlanner::new(),
+            bins: Vec::new(),
+            buf: Vec::new(),
+            scratch: Vec::new(),
+            acf: Vec::new(),
+        }
+    }
+}
+
+impl PeriodFinder {
+    /// The period of the bursts in the `window` seconds before `now`.
+    pub fn estimate(&mut self, bursts: &Bursts, now: f64, window: f64) -> Period {
+        let from = (now - window).max(bursts.covered_since());
+        let n = ((now - from) / BIN_S).floor() as usize;
+        let kmin = (MIN_PERIOD_S / BIN_S).ceil() as usize;
+        if (n as f64) < MIN_HISTORY_S / BIN_S {
+            return Period::UNKNOWN;
+        }
+        self.occupancy(bursts, from, n);
+        if !self.autocorrelation(n) {
+            // Never or always busy: nothing repeats.
+            return Period {
+                seconds: f64::NAN,
+                confidence: 0.0,
+            };
+        }
+        let kmax = n / MIN_CYCLES;
+        let a = &self.acf;
+        let peak = |k: usize| a[k] > a[k - 1] && a[k] >= a[k + 1] && a[k] > 0.0;
+        let best = (kmin..kmax)
+            .filter(|&k| peak(k))
+            .map(|k| a[k])
+            .fold(0.0, f64::max);
+        let Some(k) = (kmin..kmax).find(|&k| peak(k) && a[k] >= NEAR_BEST * best) else {
+            return Period {
+                seconds: f64::NAN,
+                confidence: 0.0,
+            };
+        };
+        let confidence = a[k].clamp(0.0, 1.0);
+        if confidence < MIN_CONFIDENCE {
+            return Period {
+                seconds: f64::NAN,
+                confidence,
+            };
+        }
+        Period {
+            seconds: refine(a, k, kmax) * BIN_S,
+            confidence,
+        }
+    }
+
+    /// Share of each bin of [from, from + n * BIN_S) inside a burst. A single-packet burst
+    /// (no duration) still marks its bin a little.
+    fn occupancy(&mut self, bursts: &Bursts, from: f64, n: usize) {
+        self.bins.clear();
+        self.bins.resize(n, 0.0);
+        let to = from + n as f64 * BIN_S;
+        for b in bursts.iter().filter(|b| b.end >= from && b.start < to) {
+            let (s, e) = ((b.start - from).max(0.0), (b.end - from).min(to - from));
+            let (first, last) = ((s / BIN_S) as usize, ((e / BIN_S) as usize).min(n - 1));
+            if first == last {
+                self.bins[first] += ((e - s) / BIN_S).max(0.1);
+                continue;
+            }
+            self.bins[first] += (first + 1) as f64 - s / BIN_S;
+            for x in &mut self.bins[first + 1..last] {
+                *x += 1.0;
+            }
+            self.bins[last] += e / BIN_S - last as f64;
+        }
+        for x in &mut self.bins {
+            *x = x.min(1.0);
+        }
+    }
+
+    /// Unbiased, normalised autocorrelation of the bins into `acf` (lags 0..n); false if
+    /// the series is flat.
+    fn autocorrelation(&mut self, n: usize) -> bool {
+        let mean = self.bins.iter().sum::<f64>() / n as f64;
+        let m = (2 * n).next_power_of_two();
+        self.buf.clear();
+        self.buf
+            .extend(self.bins.iter().map(|&x| Complex::new(x - mean, 0.0)));
+        self.buf.resize(m, Complex::new(0.0, 0.0));
+        let fwd = self.planner.plan_fft_forward(m);
+        let inv = self.planner.plan_fft_inverse(m);
+        let len = fwd
+            .get_inplace_scratch_len()
+            .max(inv.get_inplace_scratch_len());
+        self.scratch.resize(len, Complex::new(0.0, 0.0));
+        fwd.process_with_scratch(&mut self.buf, &mut self.scratch);
+        for c in &mut self.buf {
+            *c = Complex::new(c.norm_sqr(), 0.0);
+        }
+        inv.process_with_scratch(&mut self.buf, &mut self.scratch);
+        let r0 = self.buf[0].re / n as f64;
+        if r0 <= 1e-12 {
+            return false;
+        }
+        self.acf.clear();
+        self.acf
+            .extend((0..n).map(|k| self.buf[k].re / (n - k) as f64 / r0));
+        true
+    }
+}
+
+/// Vertex of the parabola through a[k-1], a[k], a[k+1], as a fractional lag.
+fn vertex(a: &[f64], k: usize) -> f64 {
+    let (l, c, r) = (a[k - 1], a[k], a[k + 1]);
+    let d = l - 2.0 * c + r;
+    if d >= 0.0 {
+        return k as f64;
+    }
+    k as f64 + (0.5 * (l - r) / d).clamp(-0.5, 0.5)
+}
+
+/// The period in bins, from the peak at `k` and the furthest multiple of it below `kmax`
+/// that still shows a peak.
+fn refine(a: &[f64], k: usize, kmax: usize) -> f64 {
+    let base = vertex(a, k);
+    let mut best = base;
+    for j in (2..=kmax / k).rev() {
+        let centre = (base * j as f64).round() as usize;
+        let r = (j / 2).max(1);
+        let lo = centre.saturating_sub(r).max(1);
+        let hi = (centre + r).min(a.len() - 2);
+        if lo > hi {
+            continue;
+        }
+        let m = (lo..=hi)
+            .max_by(|&x, &y| a[x].total_cmp(&a[y]))
+            .unwrap_or(centre);
+        if m > lo && m < hi && a[m] >= 0.5 * a[k] {
+            best = vertex(a, m) / j as f64;
+            break;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::bursts::Burst;
+
+    fn bursts(period: f64, on: f64, until: f64, jitter: impl Fn(usize) -> f64) -> Bursts {
+        let mut b = Bursts::new(4096, 0.0);
+        let mut t = 0.5;
+        let mut i = 0;
+        while t + on < until {
+            let s = t + jitter(i);
+            b.add(Burst {
+                start: s,
+                end: s + on,
+                bytes: 1e6,
+            });
+            t += period;
+            i += 1;
+        }
+        b
+    }
+
+    #[test]
+    fn a_250_ms_burst_train_gives_a_quarter_second() {
+        let b = bursts(0.25, 0.06, 20.0, |_| 0.0);
+        let p = PeriodFinder::default().estimate(&b, 20.0, 16.0);
+        assert!((p.seconds - 0.25).abs() / 0.25 < 0.05, "{p:?}");
+        assert!(p.confidence > 0.8, "{p:?}");
+    }
+
+    #[test]
+    fn jittered_and_split_iterations_keep_their_period() {
+        // Each iteration: two bursts (reduce-scatter, all-gather) with a short gap between,
+        // a few ms of pseudo-random jitter.
+        let mut b = Bursts::new(4096, 0.0);
+        for i in 0..90 {
+            let t = 0.3 + i as f64 * 0.173 + 0.004 * (((i * 7919) % 11) as f64 / 10.0 - 0.5);
+            b.add(Burst {
+                start: t,
+                end: t + 0.02,
+                bytes: 1e6,
+            });
+            b.add(Burst {
+                start: t + 0.03,
+                end: t + 0.05,
+                bytes: 1e6,
+            });
+        }
+        let p = PeriodFinder::default().estimate(&b, 16.0, 16.0);
+        assert!((p.seconds - 0.173).abs() / 0.173 < 0.05, "{p:?}");
+    }
+
+    #[test]
+    fn no_bursts_or_random_bursts_give_no_period() {
+        let empty = Bursts::new(16, 0.0);
+        let p = PeriodFinder::default().estimate(&empty, 20.0, 16.0);
+        assert!(p.seconds.is_nan());
+        let mut b = Bursts::new(4096, 0.0);
+        let mut x: u64 = 12345;
+        let mut t = 0.0;
+        while t < 20.0 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            t += 0.005 + (x >> 40) as f64 / (1u64 << 24) as f64 * 0.3;
+            b.add(Burst {
+                start: t,
+                end: t + 0.01,
+                bytes: 1.0,
+            });
+        }
+        let p = PeriodFinder::default().estimate(&b, 20.0, 16.0);
+        assert!(p.seconds.is_nan() || p.confidence < 0.5, "{p:?}");
+        // Too little history yet.
+        let short = bursts(0.25, 0.06, 0.3, |_| 0.0);
+        assert!(PeriodFinder::default()
+            .estimate(&short, 0.3, 16.0)
+            .confidence
+            .is_nan());
+    }
+}

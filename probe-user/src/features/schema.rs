@@ -1,0 +1,422 @@
+//! Feature names and their order, per entity kind, from the signal table and the configured
+//! windows. A row's values are a vector in this order (the model's input order); the names
+//! are stable: `{signal}_{stat}_{window}`, `{signal}_last`, `{signal}_z`, and the burst,
+//! period and cross-entity features of peers. docs/features.md lists them (a test checks).
+use std::{collections::HashMap, time::Duration};
+
+use super::signals::{self, Signal};
+use crate::observe as o;
+
+/// How features are computed. The daemon and `probe features` must use the same values to
+/// compute the same features (the defaults, or the same `[features]` config section).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeatureConfig {
+    /// Window lengths, ascending (defaults 5 s, 30 s, 120 s).
+    pub windows: Vec<Duration>,
+    /// The daemon's tick: sizes the fixed rings (the longest window's worth of ticks).
+    pub tick: Duration,
+    /// How much burst history the iteration period is estimated over.
+    pub period_window: Duration,
+    /// Re-estimate a peer's period every this many of its ticks (an FFT: too dear per tick).
+    pub period_every: u32,
+    /// Burst events kept per peer (the oldest go first).
+    pub events_per_peer: usize,
+    /// Entities tracked at once; more are not featurized (and counted).
+    pub max_entities: usize,
+}
+
+impl Default for FeatureConfig {
+    fn default() -> Self {
+        Self {
+            windows: vec![
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                Duration::from_secs(120),
+            ],
+            tick: Duration::from_secs(1),
+            period_window: Duration::from_secs(16),
+            period_every: 5,
+            events_per_peer: 512,
+            max_entities: 4096,
+        }
+    }
+}
+
+impl FeatureConfig {
+    /// Checks what the rest of the stage relies on; the error names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.windows.is_empty() {
+            return Err("key `features.windows`: give at least one window".into());
+        }
+        if self.windows.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("key `features.windows`: windows must be distinct and ascending".into());
+        }
+        if self.windows[0] < self.tick {
+            return Err(format!(
+                "key `features.windows`: the shortest window ({}) is shorter than the tick ({})",
+                label(self.windows[0]),
+                label(self.tick)
+            ));
+        }
+        if self.max_entities == 0 || self.events_per_peer < 16 || self.period_every == 0 {
+            return Err("key `features`: max_entities, events_per_peer (>= 16) and period_every must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// Ring slots per entity: the longest window in ticks, with room for ticks that come
+    /// early (a late tick followed by an on-time one).
+    pub fn ring_capacity(&self) -> usize {
+        let longest = self
+            .windows
+            .last()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64();
+        let tick = self.tick.as_secs_f64().max(1e-3);
+        ((longest / tick) * 1.25).ceil() as usize + 2
+    }
+
+    pub fn longest(&self) -> f64 {
+        self.windows.last().map_or(0.0, Duration::as_secs_f64)
+    }
+}
+
+/// A window's name in feature names: `5s`, `120s`, `500ms`.
+pub fn label(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// Statistics of one signal over one window, in layout order.
+pub const WINDOW_STATS: &[(&str, &str)] = &[
+    ("mean", "mean of the tick values in the window"),
+    (
+        "std",
+        "standard deviation (population) of the tick values in the window",
+    ),
+    ("min", "smallest tick value in the window"),
+    ("max", "largest tick value in the window"),
+    (
+        "slope",
+        "least-squares slope of the tick values against time in the window, per second",
+    ),
+    (
+        "ewma",
+        "exponentially weighted moving average with the window as time constant",
+    ),
+];
+
+/// Burst statistics of a peer over one window, in layout order: (name, unit, definition).
+pub const BURST_STATS: &[(&str, &str, &str)] = &[
+    (
+        "burst_rate",
+        "1/s",
+        "bursts that started in the window, per second",
+    ),
+    (
+        "burst_bytes_mean",
+        "B",
+        "mean size of the bursts that started in the window",
+    ),
+    (
+        "burst_bytes_max",
+        "B",
+        "largest burst that started in the window",
+    ),
+    (
+        "burst_duty_cycle",
+        "1",
+        "share of the window during which any flow of the peer was inside a burst",
+    ),
+    (
+        "burst_gap_mean",
+        "s",
+        "mean idle gap between the peer's bursts (bursts of all its flows merged)",
+    ),
+    (
+        "burst_gap_cv",
+        "1",
+        "coefficient of variation of those gaps (std / mean): 0 is clockwork",
+    ),
+];
+
+/// Features of a peer that are neither windows of a signal nor bursts.
+pub const PEER_EXTRAS: &[(&str, &str, &str, &str)] = &[
+    (
+        "iteration_period_s",
+        "s",
+        "the training iteration period of the peer's traffic: the strongest repeat of its burst activity (autocorrelation of 10 ms occupancy bins over the period window); absent without a clear period",
+        "a period that stretches is a job that is slowing down; bursts are when queues fill",
+    ),
+    (
+        "iteration_period_confidence",
+        "1",
+        "autocorrelation at that period, 0 to 1: how regular the traffic is",
+        "irregular iterations mean something interferes",
+    ),
+    (
+        "rtt_straggler_ratio",
+        "1",
+        "the peer's srtt over the median srtt of all peers with one at the same tick",
+        "one slow peer stalls every rank of a synchronous job",
+    ),
+    (
+        "throughput_share",
+        "1",
+        "the peer's bytes per second (both directions) over all peers' at the same tick",
+        "where the host's traffic goes",
+    ),
+    (
+        "host_throughput_bytes",
+        "B/s",
+        "the host's bytes per second, both directions, all monitored interfaces",
+        "host-wide load that every peer's traffic shares",
+    ),
+    (
+        "host_backlog_bytes",
+        "B",
+        "bytes queued in all qdiscs of monitored interfaces",
+        "host-wide queueing that every peer's traffic shares",
+    ),
+];
+
+/// One feature's documentation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Doc {
+    pub kind: &'static str,
+    pub name: String,
+    pub unit: String,
+    pub window: String,
+    pub definition: String,
+    /// Why it may predict a spike.
+    pub why: String,
+}
+
+/// The feature layout of one entity kind.
+#[derive(Debug)]
+pub struct Schema {
+    pub kind: &'static str,
+    pub names: Vec<String>,
+    index: HashMap<String, usize>,
+    /// Number of signals; their features come first, `2 + 6 * windows` each.
+    pub signals: usize,
+    /// Where the burst features start (peers), then the extras.
+    pub bursts_at: usize,
+    pub extras_at: usize,
+}
+
+impl Schema {
+    pub fn new(kind: &'static str, cfg: &FeatureConfig) -> Self {
+        let docs = docs(kind, cfg);
+        let names: Vec<String> = docs.into_iter().map(|d| d.name).collect();
+        let index = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        let nsig = signals::of(kind).len();
+        let nwin = cfg.windows.len();
+        let bursts_at = nsig * per_signal(nwin);
+        let extras_at = if kind == o::PEER {
+            bursts_at + BURST_STATS.len() * nwin
+        } else {
+            bursts_at
+        };
+        Self {
+            kind,
+            names,
+            index,
+            signals: nsig,
+            bursts_at,
+            extras_at,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+}
+
+/// Features per signal: last, z, then the window statistics of each window.
+pub fn per_signal(windows: usize) -> usize {
+    2 + WINDOW_STATS.len() * windows
+}
+
+fn signal_docs(kind: &'static str, s: &Signal, cfg: &FeatureConfig, out: &mut Vec<Doc>) {
+    let longest = label(*cfg.windows.last().expect("validated: a window"));
+    out.push(Doc {
+        kind,
+        name: format!("{}_last", s.name),
+        unit: s.unit.into(),
+        window: "tick".into(),
+        definition: format!("{} (absent if not known this tick)", s.what),
+        why: s.why.into(),
+    });
+    out.push(Doc {
+        kind,
+        name: format!("{}_z", s.name),
+        unit: "1".into(),
+        window: longest,
+        definition: format!(
+            "z-score of this tick's {} against the longest window (0 if the window is flat)",
+            s.name
+        ),
+        why: "how unusual this tick is for this entity: a sudden departure".into(),
+    });
+    for w in &cfg.windows {
+        for (stat, def) in WINDOW_STATS {
+            let unit = if *stat == "slope" {
+                format!("{}/s", s.unit)
+            } else {
+                s.unit.into()
+            };
+            out.push(Doc {
+                kind,
+                name: format!("{}_{stat}_{}", s.name, label(*w)),
+                unit,
+                window: label(*w),
+                definition: format!("{def}, of {}", s.name),
+                why: format!("{} ({stat_why})", s.why, stat_why = stat_why(stat)),
+            });
+        }
+    }
+}
+
+/// Every feature of `kind`, in layout order.
+pub fn docs(kind: &'static str, cfg: &FeatureConfig) -> Vec<Doc> {
+    let mut out = Vec::new();
+    for s in signals::of(kind) {
+        signal_docs(kind, s, cfg, &mut out);
+    }
+    if kind == o::PEER {
+        for w in &cfg.windows {
+            for (name, unit, def) in BURST_STATS {
+                out.push(Doc {
+                    kind,
+                    name: format!("{name}_{}", label(*w)),
+                    unit: (*unit).into(),
+                    window: label(*w),
+                    definition: (*def).into(),
+                    why: "training traffic is bursts; queues fill during them and a changed rhythm is a changed job or path".into(),
+                });
+            }
+        }
+        for (name, unit, def, why) in PEER_EXTRAS {
+            out.push(Doc {
+                kind,
+                name: (*name).into(),
+                unit: (*unit).into(),
+                window: if name.starts_with("iteration") {
+                    label(cfg.period_window)
+                } else {
+                    "tick".into()
+                },
+                definition: (*def).into(),
+                why: (*why).into(),
+            });
+        }
+    }
+    out
+}
+
+/// What a window statistic adds to its signal.
+fn stat_why(stat: &str) -> &'static str {
+    match stat {
+        "mean" | "ewma" => "its level",
+        "std" => "its volatility",
+        "min" => "its floor, e.g. the propagation part of RTT",
+        "max" => "its worst recent value",
+        "slope" => "where it is heading: a build-up before a spike",
+        _ => "",
+    }
+}
+
+/// The generated reference part of docs/features.md: per entity kind, the memory one
+/// entity holds and every feature with its unit, window, definition and why.
+#[cfg(test)]
+pub fn reference(cfg: &FeatureConfig) -> String {
+    let mut out = String::new();
+    out.push_str("<!-- generated by `PROBE_UPDATE_DOCS=1 cargo test -p probe-user features::schema`; do not edit by hand -->\n");
+    for kind in o::ENTITY_KINDS {
+        let docs = docs(kind, cfg);
+        let bytes = super::Engine::entity_bytes(kind, cfg);
+        out.push_str(&format!(
+            "\n### `{kind}` ({} features, {:.1} KiB of state per entity)\n\n",
+            docs.len(),
+            bytes as f64 / 1024.0
+        ));
+        out.push_str("| feature | unit | window | definition | why it may predict a spike |\n|---|---|---|---|---|\n");
+        for d in docs {
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} |\n",
+                d.name, d.unit, d.window, d.definition, d.why
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEGIN: &str = "<!-- feature-reference:begin -->\n";
+    const END: &str = "<!-- feature-reference:end -->";
+
+    /// docs/features.md lists exactly the features the code computes with the default
+    /// config. `PROBE_UPDATE_DOCS=1` rewrites that part of the file instead of failing.
+    #[test]
+    fn docs_list_every_feature() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/features.md");
+        let text = std::fs::read_to_string(path).expect("docs/features.md exists");
+        let (a, b) = (
+            text.find(BEGIN).expect("begin marker") + BEGIN.len(),
+            text.find(END).expect("end marker"),
+        );
+        let want = reference(&FeatureConfig::default());
+        if text[a..b] != want {
+            if std::env::var_os("PROBE_UPDATE_DOCS").is_some() {
+                std::fs::write(path, format!("{}{want}{}", &text[..a], &text[b..])).unwrap();
+            } else {
+                panic!("docs/features.md is out of date: run PROBE_UPDATE_DOCS=1 cargo test -p probe-user features::schema");
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_laid_out_as_the_offsets_say() {
+        let cfg = FeatureConfig::default();
+        for kind in o::ENTITY_KINDS {
+            let s = Schema::new(kind, &cfg);
+            assert_eq!(s.index.len(), s.len(), "{kind}: duplicate names");
+            assert_eq!(s.bursts_at, s.signals * per_signal(3));
+            if *kind == o::PEER {
+                assert_eq!(s.names[s.bursts_at], "burst_rate_5s");
+                assert_eq!(s.names[s.extras_at], "iteration_period_s");
+                assert_eq!(s.index("rtt_p99_max_30s"), Some(2 + 6 + 3));
+                assert!(s.index("burst_duty_cycle_30s").is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn window_labels_and_validation() {
+        assert_eq!(label(Duration::from_secs(120)), "120s");
+        assert_eq!(label(Duration::from_millis(500)), "500ms");
+        let mut c = FeatureConfig::default();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.ring_capacity(), 152);
+        c.windows = vec![Duration::from_secs(30), Duration::from_secs(5)];
+        assert!(c.validate().unwrap_err().contains("ascending"));
+        c.windows = vec![Duration::from_millis(500)];
+        assert!(c.validate().unwrap_err().contains("shorter than the tick"));
+    }
+}
