@@ -28,6 +28,8 @@ pub enum Command {
     Record(crate::record::RecordArgs),
     /// Live terminal view of a running daemon (docs/top.md).
     Top(crate::top::TopArgs),
+    /// Replay recordings through the feature stage and add training labels (docs/features.md).
+    Features(crate::dataset::FeaturesArgs),
 }
 
 #[derive(Args, Debug, Default, Clone)]

@@ -1,7 +1,9 @@
 //! probe: eBPF network telemetry for distributed AI training hosts.
 //!
 //! Data flows one way: kernel maps -> collectors (`collect`) -> per-tick `snapshot` ->
-//! exporter (`export`). `bpf` loads and attaches; `host` answers questions about the host.
+//! `observe` -> `features` -> `fold` -> exporter (`export`), in the order `pipeline` lists.
+//! `bpf` loads and attaches; `host` answers questions about the host. Beside the daemon:
+//! `record` (to Parquet), `dataset` (`probe features`: replay + labels), `top`.
 use std::{io::IsTerminal as _, process::ExitCode};
 
 use clap::Parser as _;
@@ -11,6 +13,7 @@ mod bpf;
 mod cli;
 mod collect;
 mod config;
+mod dataset;
 mod export;
 mod features;
 mod fold;
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         cli::Command::Run(args) => run::main(args),
         cli::Command::Record(args) => record::main(args),
         cli::Command::Top(args) => top::main(args),
+        cli::Command::Features(args) => dataset::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

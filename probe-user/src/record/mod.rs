@@ -7,7 +7,7 @@
 //! file, `reader` reads tables back (`probe features`).
 mod client;
 pub mod columns;
-
+pub mod reader;
 pub mod writer;
 
 use std::{

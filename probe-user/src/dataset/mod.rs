@@ -1,0 +1,306 @@
+//! `probe features`: replays recordings through the daemon's own feature engine, tick by
+//! tick with the same observations and burst events it saw, adds the training labels, and
+//! writes one wide Parquet table (a row per entity per tick) for `probe train` or
+//! pandas/polars. Each recording starts from fresh state, as the daemon did.
+pub mod labels;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::{
+    features::{schema, Engine, FeatureConfig, FeatureRow},
+    observe::{BurstEvent, Observation, ENTITY_KINDS},
+    record::{
+        columns::{Cell, ColumnDef, Table, Type},
+        events_path, reader,
+        writer::RecordingWriter,
+    },
+};
+use labels::LabelConfig;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct FeaturesArgs {
+    /// Recordings made by `probe record` (their burst events are read from beside each).
+    #[arg(long, value_name = "REC", num_args = 1.., required = true)]
+    pub data: Vec<PathBuf>,
+
+    /// The Parquet file to write.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Feature windows; must be the daemon's (`[features] windows`) for identical values.
+    #[arg(long, value_name = "DURATIONS", value_delimiter = ',',
+          value_parser = crate::cli::parse_duration, default_values = ["5s", "30s", "120s"])]
+    pub windows: Vec<Duration>,
+
+    /// Label horizons.
+    #[arg(long, value_name = "DURATIONS", value_delimiter = ',',
+          value_parser = crate::cli::parse_duration, default_values = ["5s", "30s", "120s"])]
+    pub horizons: Vec<Duration>,
+
+    /// An RTT spike is the tick's RTT p99 above this many times its 5-minute median.
+    #[arg(long, value_name = "X", default_value_t = 1.5)]
+    pub spike_factor: f64,
+
+    /// ...and above this floor.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "1ms")]
+    pub rtt_floor: Duration,
+
+    /// Overwrite FILE if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// One output row: the key columns, then features (every kind's names, one column each),
+/// then labels. NaN is written as null.
+struct Row {
+    recording: String,
+    time_unix: f64,
+    entity_kind: &'static str,
+    entity: String,
+    values: Vec<f64>,
+}
+
+const KEYS: [(&str, Type); 4] = [
+    ("recording", Type::Str),
+    ("time_unix", Type::F64),
+    ("entity_kind", Type::Str),
+    ("entity", Type::Str),
+];
+
+fn cell(r: &Row, i: usize) -> Cell<'_> {
+    match i {
+        0 => Cell::Str(&r.recording),
+        1 => Cell::F64(Some(r.time_unix)),
+        2 => Cell::Str(r.entity_kind),
+        3 => Cell::Str(&r.entity),
+        _ => Cell::F64(Some(r.values[i - KEYS.len()]).filter(|v| v.is_finite())),
+    }
+}
+
+/// The output's numeric columns: every kind's features (first seen order), then labels.
+fn columns(fcfg: &FeatureConfig, lcfg: &LabelConfig) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for kind in ENTITY_KINDS {
+        for d in schema::docs(kind, fcfg) {
+            if seen.insert(d.name.clone()) {
+                names.push(d.name);
+            }
+        }
+    }
+    names.extend(labels::names(lcfg));
+    names
+}
+
+fn table(numeric: &[String]) -> Table<Row> {
+    let mut cols: Vec<ColumnDef> = KEYS
+        .iter()
+        .map(|(n, ty)| ColumnDef {
+            name: (*n).into(),
+            ty: *ty,
+            required: true,
+        })
+        .collect();
+    cols.extend(numeric.iter().map(|n| ColumnDef {
+        name: n.clone(),
+        ty: Type::F64,
+        required: false,
+    }));
+    Table {
+        message: "probe_features",
+        columns: cols,
+        cell,
+    }
+}
+
+/// The recording's tick: the median observation interval, to the millisecond.
+fn tick_of(obs: &[Observation]) -> Duration {
+    let mut v: Vec<f64> = obs
+        .iter()
+        .map(|o| o.interval_s)
+        .filter(|v| *v > 0.0)
+        .collect();
+    if v.is_empty() {
+        return Duration::from_secs(1);
+    }
+    v.sort_by(f64::total_cmp);
+    Duration::from_millis((v[v.len() / 2] * 1000.0).round().max(1.0) as u64)
+}
+
+/// Features of every tick of one recording: the daemon's feature stage, replayed.
+pub fn replay(obs: &[Observation], events: &[BurstEvent], cfg: FeatureConfig) -> Vec<FeatureRow> {
+    let mut ev_by_tick: BTreeMap<u64, Vec<BurstEvent>> = BTreeMap::new();
+    for e in events {
+        ev_by_tick
+            .entry(e.tick_unix.to_bits())
+            .or_default()
+            .push(e.clone());
+    }
+    let mut engine = Engine::new(cfg);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < obs.len() {
+        let t = obs[i].time_unix;
+        let j = i + obs[i..].iter().take_while(|o| o.time_unix == t).count();
+        let ev = ev_by_tick.get(&t.to_bits()).map_or(&[][..], Vec::as_slice);
+        out.extend(engine.tick(t, &obs[i..j], ev));
+        i = j;
+    }
+    out
+}
+
+fn recording_name(p: &Path) -> String {
+    let n = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let n = n.strip_suffix(".parquet").unwrap_or(&n);
+    // lab recordings are DIR/recording.parquet: the directory names the run.
+    if n == "recording" {
+        if let Some(dir) = p.parent().and_then(Path::file_name) {
+            return dir.to_string_lossy().into_owned();
+        }
+    }
+    n.to_owned()
+}
+
+/// The rows of one recording: features and labels.
+fn featurize(
+    path: &Path,
+    fcfg: &FeatureConfig,
+    lcfg: &LabelConfig,
+    numeric: &[String],
+) -> Result<Vec<Row>> {
+    let obs: Vec<Observation> = reader::read(path)?;
+    if obs.is_empty() {
+        bail!("{} holds no observations", path.display());
+    }
+    if obs.windows(2).any(|w| w[1].time_unix < w[0].time_unix) {
+        bail!("{}: observations are not in time order", path.display());
+    }
+    let ev_path = events_path(path);
+    let events: Vec<BurstEvent> = if ev_path.exists() {
+        reader::read(&ev_path)?
+    } else {
+        tracing::warn!(
+            "{} is missing: burst features stay empty",
+            ev_path.display()
+        );
+        Vec::new()
+    };
+    let tick = tick_of(&obs);
+    let cfg = FeatureConfig {
+        tick,
+        ..fcfg.clone()
+    };
+    let feats = replay(&obs, &events, cfg);
+    let index: BTreeMap<&str, usize> = numeric
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    let label_names = labels::names(lcfg);
+    let label_at: Vec<usize> = label_names.iter().map(|n| index[n.as_str()]).collect();
+
+    // Labels per entity, over its rows in time order.
+    let mut by_entity: BTreeMap<(&str, &str), Vec<&Observation>> = BTreeMap::new();
+    for o in &obs {
+        by_entity
+            .entry((o.entity_kind.as_str(), o.entity.as_str()))
+            .or_default()
+            .push(o);
+    }
+    let mut label_rows: BTreeMap<((&str, &str), u64), Vec<f64>> = BTreeMap::new();
+    for (key, rows) in &by_entity {
+        for (o, l) in rows
+            .iter()
+            .zip(labels::label(rows, lcfg, tick.as_secs_f64()))
+        {
+            label_rows.insert((*key, o.time_unix.to_bits()), l);
+        }
+    }
+    let name = recording_name(path);
+    let mut out = Vec::with_capacity(feats.len());
+    for f in feats {
+        let mut values = vec![f64::NAN; numeric.len()];
+        for (n, v) in f.schema.names.iter().zip(&f.values) {
+            values[index[n.as_str()]] = *v;
+        }
+        if let Some(l) =
+            label_rows.get(&((f.entity_kind, f.entity.as_str()), f.time_unix.to_bits()))
+        {
+            for (at, v) in label_at.iter().zip(l) {
+                values[*at] = *v;
+            }
+        }
+        out.push(Row {
+            recording: name.clone(),
+            time_unix: f.time_unix,
+            entity_kind: f.entity_kind,
+            entity: f.entity,
+            values,
+        });
+    }
+    Ok(out)
+}
+
+pub fn main(args: FeaturesArgs) -> Result<()> {
+    if args.out.exists() && !args.force {
+        bail!(
+            "{} exists; choose another --out or pass --force to overwrite it",
+            args.out.display()
+        );
+    }
+    let fcfg = FeatureConfig {
+        windows: args.windows.clone(),
+        ..FeatureConfig::default()
+    };
+    fcfg.validate()
+        .map_err(|e| anyhow::anyhow!("--windows: {e}"))?;
+    if !(args.spike_factor > 1.0 && args.spike_factor.is_finite()) {
+        bail!("--spike-factor must be a number above 1 (e.g. 1.5)");
+    }
+    let lcfg = LabelConfig {
+        horizons: args.horizons.clone(),
+        spike_factor: args.spike_factor,
+        rtt_floor_s: args.rtt_floor.as_secs_f64(),
+        ..LabelConfig::default()
+    };
+    let numeric = columns(&fcfg, &lcfg);
+    let meta = [
+        ("probe.features.windows", label_list(&fcfg.windows)),
+        ("probe.features.horizons", label_list(&lcfg.horizons)),
+        ("probe.features.spike_factor", lcfg.spike_factor.to_string()),
+        ("probe.version", env!("CARGO_PKG_VERSION").to_string()),
+    ];
+    let mut w = RecordingWriter::create(&args.out, table(&numeric), &meta)?;
+    let mut total = 0;
+    for path in &args.data {
+        let rows = featurize(path, &fcfg, &lcfg, &numeric)
+            .with_context(|| format!("featurizing {}", path.display()))?;
+        total += rows.len();
+        eprintln!("features: {} -> {} rows", path.display(), rows.len());
+        w.push(rows);
+        w.flush()?;
+    }
+    w.finish()?;
+    eprintln!(
+        "features: {total} rows, {} columns -> {}",
+        numeric.len() + KEYS.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn label_list(d: &[Duration]) -> String {
+    d.iter()
+        .map(|d| schema::label(*d))
+        .collect::<Vec<_>>()
+        .join(",")
+}
