@@ -40,6 +40,10 @@ pub struct Flows {
     pub window_seconds: f64,
     pub rss_bytes: u64,
     pub peak_rss_bytes: u64,
+    /// The feature stage's time over the window (probe_tick_stage_seconds_total) and the
+    /// entities it featurized (probe_feature_entities at the end).
+    pub feature_seconds: f64,
+    pub feature_entities: f64,
     pub flows_tracked: f64,
     pub flow_evictions: f64,
     /// probe_tcp_connections summed over the bench's own peers, of peer="other" (peers
@@ -312,6 +316,9 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         window_seconds,
         rss_bytes: rss,
         peak_rss_bytes: peak,
+        feature_seconds: s1.sum("probe_tick_stage_seconds_total", &[("stage", "features")])
+            - s0.sum("probe_tick_stage_seconds_total", &[("stage", "features")]),
+        feature_entities: s1.sum("probe_feature_entities", &[]),
         flows_tracked: s1.sum("probe_flows_tracked", &[]),
         flow_evictions: s1.sum("probe_flow_evictions_total", &[]),
         tcp_connections: tcp_ours,

@@ -14,6 +14,8 @@ pub const BAR_TC_NS: f64 = 100.0;
 pub const BAR_CPU_PERCENT: f64 = 1.0;
 /// Daemon RSS, MiB.
 pub const BAR_RSS_MIB: f64 = 64.0;
+/// Features and scoring of one entity for one tick, microseconds.
+const BAR_FEATURE_US: f64 = 20.0;
 /// One scrape of 10,000 series, ms.
 pub const BAR_SCRAPE_MS: f64 = 50.0;
 pub const BAR_SCRAPE_SERIES: usize = 10_000;
@@ -213,6 +215,20 @@ fn checks(r: &Report) -> Vec<Check> {
             bar: format!("<= {BAR_CPU_PERCENT}%"),
             verdict: verdict(cpu <= BAR_CPU_PERCENT),
         });
+        if f.feature_entities > 0.0 {
+            // Ticks in the window at the 1 s tick the phase runs.
+            let us =
+                1e6 * f.feature_seconds / f.window_seconds.round().max(1.0) / f.feature_entities;
+            out.push(Check {
+                what: format!(
+                    "feature stage per entity per tick, {flows} ({:.0} entities)",
+                    f.feature_entities
+                ),
+                value: format!("{us:.1} us"),
+                bar: format!("<= {BAR_FEATURE_US:.0} us (with scoring)"),
+                verdict: verdict(us <= BAR_FEATURE_US),
+            });
+        }
         let rss = f.peak_rss_bytes as f64 / MIB;
         out.push(Check {
             what: format!("daemon peak RSS (VmHWM), {flows}"),
