@@ -236,4 +236,27 @@ mod tests {
         };
         assert_eq!(s.totals(), (15, 1, 2));
     }
+
+    /// Every alert in rules/ is exercised by a promtool unit test (an `alertname:` in some
+    /// `*_test.yml`), so a broken expression cannot ship unnoticed.
+    #[test]
+    fn every_alert_has_a_unit_test() {
+        let (rules, tests) = rule_files().unwrap();
+        let read = |p: &PathBuf| std::fs::read_to_string(p).unwrap();
+        let tested: String = tests.iter().map(read).collect();
+        let mut alerts = Vec::new();
+        for r in &rules {
+            for line in read(r).lines() {
+                if let Some(name) = line.trim().strip_prefix("- alert:") {
+                    alerts.push(name.trim().to_string());
+                }
+            }
+        }
+        assert!(alerts.len() >= 5, "found only {alerts:?}");
+        let untested: Vec<_> = alerts
+            .iter()
+            .filter(|a| !tested.contains(&format!("alertname: {a}\n")))
+            .collect();
+        assert!(untested.is_empty(), "alerts without a promtool unit test: {untested:?}");
+    }
 }
