@@ -1,9 +1,11 @@
 //! The training iteration period of a peer's traffic, from its burst events: the bursts
 //! become an occupancy series in 10 ms bins (share of each bin inside any burst), whose
-//! autocorrelation (by FFT) peaks at the period. The shortest lag whose peak is close to
-//! the highest one wins, so a period is not mistaken for a multiple of itself; the estimate
-//! is refined on the furthest multiple of that lag still in range, which divides the bin
-//! error by the number of periods spanned.
+//! autocorrelation (by FFT) peaks at the period. The highest peak wins, unless a whole
+//! fraction of its lag (1/2 ... 1/6, repeatedly) also peaks nearly as high: then that
+//! shorter lag is the period and the highest was a multiple of it. Sub-iteration rhythms (the steps of a ring
+//! all-reduce) peak lower and at lags that do not divide the period, so they do not win.
+//! The estimate is refined on the furthest multiple of the period still in range, which
+//! divides the bin error by the number of periods spanned.
 use rustfft::{num_complex::Complex, FftPlanner};
 
 use super::bursts::Bursts;
@@ -18,8 +20,10 @@ const MIN_CYCLES: usize = 3;
 const MIN_HISTORY_S: f64 = 1.0;
 /// Autocorrelation below this is "no period".
 pub const MIN_CONFIDENCE: f64 = 0.3;
-/// A shorter lag wins over the highest peak if its peak is at least this share of it.
-const NEAR_BEST: f64 = 0.8;
+/// A whole fraction of the highest peak's lag wins if its peak is at least this share of it.
+const NEAR_BEST: f64 = 0.85;
+/// The fractions tried: 1/2 ... 1/MAX_DIVISOR.
+const MAX_DIVISOR: usize = 6;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Period {
@@ -77,16 +81,28 @@ impl PeriodFinder {
         let kmax = n / MIN_CYCLES;
         let a = &self.acf;
         let peak = |k: usize| a[k] > a[k - 1] && a[k] >= a[k + 1] && a[k] > 0.0;
-        let best = (kmin..kmax)
+        let Some(top) = (kmin..kmax)
             .filter(|&k| peak(k))
-            .map(|k| a[k])
-            .fold(0.0, f64::max);
-        let Some(k) = (kmin..kmax).find(|&k| peak(k) && a[k] >= NEAR_BEST * best) else {
+            .max_by(|&x, &y| a[x].total_cmp(&a[y]))
+        else {
             return Period {
                 seconds: f64::NAN,
                 confidence: 0.0,
             };
         };
+        // Down to the fundamental: a multiple of the period may peak highest, and a
+        // fraction of it may itself be a multiple (top at 8T: 8T/4 = 2T, then 2T/2 = T).
+        let mut k = top;
+        while let Some(m) = (2..=MAX_DIVISOR).rev().find_map(|d| {
+            let centre = k as f64 / d as f64;
+            let r = (centre * 0.05).max(1.0);
+            let (lo, hi) = ((centre - r).ceil() as usize, (centre + r).floor() as usize);
+            (lo.max(kmin)..=hi.min(kmax - 1))
+                .filter(|&m| peak(m) && a[m] >= NEAR_BEST * a[top])
+                .max_by(|&x, &y| a[x].total_cmp(&a[y]))
+        }) {
+            k = m;
+        }
         let confidence = a[k].clamp(0.0, 1.0);
         if confidence < MIN_CONFIDENCE {
             return Period {
