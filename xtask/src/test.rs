@@ -257,6 +257,9 @@ mod tests {
             .iter()
             .filter(|a| !tested.contains(&format!("alertname: {a}\n")))
             .collect();
-        assert!(untested.is_empty(), "alerts without a promtool unit test: {untested:?}");
+        assert!(
+            untested.is_empty(),
+            "alerts without a promtool unit test: {untested:?}"
+        );
     }
 }
