@@ -6,7 +6,8 @@
 //! congestion episodes on and off on a seeded schedule and writes what it did, and when, to
 //! `ground_truth.jsonl`. At the end it reports the iteration times in calm periods against
 //! those during episodes. Every namespace (and with it every veth, bridge, qdisc and nft
-//! table) is removed on every exit path: errors, panics, Ctrl-C, SIGTERM.
+//! table) is removed on every exit path: errors, panics, Ctrl-C, SIGTERM. `--corpus`
+//! records many such runs for training the spike model (corpus.rs).
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -18,15 +19,20 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 mod cmd;
+mod corpus;
 mod episodes;
 mod observe;
+#[cfg(test)]
+mod period_test;
 mod record;
 mod schedule;
 mod summary;
+mod timeline;
 mod topo;
 
-use episodes::{unix_now, Active, Truth};
+use episodes::unix_now;
 use schedule::{Episode, Kind, Plan};
+use timeline::Timeline;
 use topo::{rank_addr, Lab, ProcId};
 
 /// Port every traingen rank listens on.
@@ -36,7 +42,7 @@ const CROSS_PORT: u16 = 5201;
 /// How long after the planned end the ranks may take to finish their last iteration.
 const FINISH_GRACE: Duration = Duration::from_secs(20);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pattern {
     /// Data parallel: ring all-reduce.
@@ -48,6 +54,8 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    pub const ALL: [Pattern; 3] = [Pattern::Ring, Pattern::Pipeline, Pattern::Ps];
+
     fn name(self) -> &'static str {
         match self {
             Pattern::Ring => "ring",
@@ -65,7 +73,7 @@ pub enum OnOff {
 
 /// Runs ranks of a synthetic training job in network namespaces, with seeded congestion
 /// episodes and a ground-truth log (needs root).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct LabArgs {
     /// Number of ranks (one network namespace each).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
@@ -79,10 +87,11 @@ pub struct LabArgs {
     /// Compute gap of every iteration, in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub period_ms: u64,
-    /// Seconds of training traffic.
-    #[arg(long, default_value_t = 30.0)]
-    pub duration: f64,
-    /// Seed of the episode schedule (same seed, same schedule).
+    /// Seconds of training traffic (of each run, with --corpus) [default: 30; 60 with --corpus].
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Seed of the episode schedule (same seed, same schedule); with --corpus, the first
+    /// seed of the corpus.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Congestion episodes on or off.
@@ -108,15 +117,38 @@ pub struct LabArgs {
     /// DIR/recording.parquet; every other output goes to DIR too (instead of --out).
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub record: Option<PathBuf>,
-    /// The probe binary for --record (default: build it, in the profile of traingen).
-    #[arg(long, value_name = "FILE", requires = "record")]
+    /// The probe binary for --record and --corpus (default: build it, in the profile of
+    /// traingen).
+    #[arg(long, value_name = "FILE")]
     pub probe: Option<PathBuf>,
+    /// Record a corpus for the spike model: DIR/train/<run>/ and DIR/heldout/<run>/, each a
+    /// --record directory, over patterns, periods, sizes and seeds, and DIR/corpus.json.
+    /// Runs already recorded in DIR are skipped, so an interrupted corpus resumes.
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with_all = ["out", "record", "pattern", "size", "period_ms", "episodes"]
+    )]
+    pub corpus: Option<PathBuf>,
+    /// With --corpus: the number of training runs; the held-out set has a third as many
+    /// (at least one).
+    #[arg(long, value_name = "N", default_value_t = 15, requires = "corpus",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub corpus_runs: u32,
     /// Build traingen in release mode (default: the profile xtask itself was built with).
     #[arg(long)]
     pub release: bool,
     /// Only remove namespaces left behind by a lab that was SIGKILLed, then exit.
     #[arg(long)]
     pub clean: bool,
+}
+
+impl LabArgs {
+    /// Seconds of traffic of a run.
+    pub fn duration_s(&self) -> f64 {
+        self.duration
+            .unwrap_or(if self.corpus.is_some() { 60.0 } else { 30.0 })
+    }
 }
 
 /// Parses a byte count: a plain number, or with a suffix K/M/G (powers of 1000) or
@@ -160,25 +192,8 @@ pub fn run(args: LabArgs) -> Result<()> {
         println!("removed {n} stale lab namespace(s)");
         return Ok(());
     }
-    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0) {
-        bail!("--duration must be between 0 and 86400 seconds");
-    }
-    let episodes_on = args.episodes == OnOff::On;
-    let mut tools = vec!["ip", "tc", "ss"];
-    if episodes_on && args.kinds.contains(&Kind::Loss) {
-        tools.push("nft");
-    }
-    if episodes_on && args.kinds.contains(&Kind::Cross) {
-        tools.push("iperf3");
-    }
-    if args.record.is_some() {
-        tools.push("nsenter");
-    }
-    for t in tools {
-        if !on_path(t) {
-            bail!("`{t}` is not installed (apt-get install -y iproute2 nftables iperf3)");
-        }
-    }
+    check_args(&args)?;
+    check_tools(&args)?;
     cmd::install_signal_handlers()?;
     let stale = topo::stale_namespaces().unwrap_or_default();
     if !stale.is_empty() {
@@ -188,26 +203,66 @@ pub fn run(args: LabArgs) -> Result<()> {
         );
     }
 
-    let out = match (&args.record, &args.out) {
-        (Some(p), _) | (None, Some(p)) => p.clone(),
-        (None, None) => default_out_dir(),
-    };
-    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let out = out.canonicalize()?;
     let release = args.release || !cfg!(debug_assertions);
     let traingen = build_bin("xtask", "traingen", release)?;
-    let probe = match (&args.record, &args.probe) {
-        (None, _) => None,
-        (Some(_), Some(p)) if p.is_file() => Some(p.canonicalize()?),
-        (Some(_), Some(p)) => bail!("--probe {}: no such file", p.display()),
-        (Some(_), None) => Some(build_bin("probe-user", "probe", release)?),
+    let probe = match (args.record.is_some() || args.corpus.is_some(), &args.probe) {
+        (false, _) => None,
+        (true, Some(p)) if p.is_file() => Some(p.canonicalize()?),
+        (true, Some(p)) => bail!("--probe {}: no such file", p.display()),
+        (true, None) => Some(build_bin("probe-user", "probe", release)?),
     };
     if cmd::interrupted() {
         bail!("interrupted");
     }
+    if let (Some(dir), Some(probe)) = (&args.corpus, &probe) {
+        return corpus::run(&args, dir, &traingen, probe);
+    }
+    let out = match (&args.record, &args.out) {
+        (Some(p), _) | (None, Some(p)) => p.clone(),
+        (None, None) => default_out_dir(),
+    };
+    run_one(&args, &out, &traingen, probe.as_deref())
+}
 
+fn check_args(args: &LabArgs) -> Result<()> {
+    let d = args.duration_s();
+    if !(d.is_finite() && d > 0.0 && d <= 86_400.0) {
+        bail!("--duration must be between 0 and 86400 seconds");
+    }
+    if args.probe.is_some() && args.record.is_none() && args.corpus.is_none() {
+        bail!("--probe is for --record or --corpus");
+    }
+    Ok(())
+}
+
+/// Fails early, naming the package, if a tool the run needs is missing.
+fn check_tools(args: &LabArgs) -> Result<()> {
+    let episodes_on = args.episodes == OnOff::On;
+    let mut tools = vec!["ip", "tc", "ss"];
+    if episodes_on && args.kinds.contains(&Kind::Loss) {
+        tools.push("nft");
+    }
+    if episodes_on && args.kinds.iter().any(|k| k.needs_iperf3()) {
+        tools.push("iperf3");
+    }
+    if args.record.is_some() || args.corpus.is_some() {
+        tools.push("nsenter");
+    }
+    for t in tools {
+        if !on_path(t) {
+            bail!("`{t}` is not installed (apt-get install -y iproute2 nftables iperf3)");
+        }
+    }
+    Ok(())
+}
+
+/// One lab run into `out` with binaries already built; the namespaces are gone when it
+/// returns, whatever happened.
+fn run_one(args: &LabArgs, out: &Path, traingen: &Path, probe: Option<&Path>) -> Result<()> {
+    fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let out = out.canonicalize()?;
     let mut lab = Lab::new(args.ranks as usize);
-    let result = drive(&args, &mut lab, &out, &traingen, probe.as_deref());
+    let result = drive(args, &mut lab, &out, traingen, probe);
     let problems = lab.teardown();
     for p in &problems {
         eprintln!("lab cleanup: {p}");
@@ -388,7 +443,7 @@ fn drive(
     }
     let plan = Plan {
         seed: args.seed,
-        duration_s: args.duration,
+        duration_s: args.duration_s(),
         ranks: n,
         kinds: args.kinds.clone(),
         link_mbit: args.link_mbit,
@@ -404,7 +459,7 @@ fn drive(
         args.pattern.name(),
         args.size,
         args.period_ms,
-        args.duration,
+        args.duration_s(),
         sched.len(),
         args.link_mbit,
         started.elapsed().as_secs_f64(),
@@ -440,7 +495,7 @@ fn drive(
                 &args.size.to_string(),
             ])
             .args(["--period-ms", &args.period_ms.to_string()])
-            .args(["--duration", &args.duration.to_string()])
+            .args(["--duration", &args.duration_s().to_string()])
             .arg("--log")
             .arg(&log)
             .args(congestion_args(&args.congestion))
@@ -456,7 +511,7 @@ fn drive(
         ranks: n,
         size_bytes: args.size,
         period_ms: args.period_ms,
-        duration_s: args.duration,
+        duration_s: args.duration_s(),
         seed: args.seed,
         episodes: args.episodes == OnOff::On,
         kinds: &args.kinds,
@@ -482,19 +537,14 @@ fn drive(
     };
     fs::write(out.join("lab.json"), serde_json::to_vec_pretty(&meta)?)?;
 
-    let mut truth_log = JsonLines::create(&out.join("ground_truth.jsonl"))?;
+    let mut timeline = Timeline::new(&sched, out, &args.congestion, n, t0)?;
     let mut rtt_log = JsonLines::create(&out.join("rtt.jsonl"))?;
-    let mut truths: Vec<Truth> = Vec::new();
     let mut rtt: Vec<summary::RttSample> = Vec::new();
-    let mut retrans: BTreeMap<usize, u64> = BTreeMap::new();
     let retrans_t0 = retrans_total(lab, n);
-    let mut retrans_at_start: Option<u64> = None;
 
-    let mut active: Option<Active> = None;
-    let mut next_ep = 0usize;
     let sample_every = Duration::from_millis(args.sample_ms);
     let mut next_sample = Duration::ZERO;
-    let hard_end = Duration::from_secs_f64(args.duration) + FINISH_GRACE;
+    let hard_end = Duration::from_secs_f64(args.duration_s()) + FINISH_GRACE;
     let mut failure: Option<anyhow::Error> = None;
 
     loop {
@@ -531,40 +581,8 @@ fn drive(
             ));
             break;
         }
-        let now_s = now.as_secs_f64();
         let step: Result<()> = (|| {
-            if active.as_ref().is_some_and(|a| now_s >= a.ep.end_s) {
-                let a = active.take().unwrap();
-                let seq = a.ep.seq;
-                let t = episodes::revert(lab, a, out, false)?;
-                let r1 = retrans_total(lab, n);
-                if let (Some(a), Some(b)) = (retrans_at_start, r1) {
-                    retrans.insert(seq, b.saturating_sub(a));
-                }
-                eprintln!(
-                    "lab: {:6.1} s  episode {seq} ({}) off",
-                    t.t_end - t0,
-                    t.kind
-                );
-                truth_log.write(&t)?;
-                truths.push(t);
-            }
-            if active.is_none() && next_ep < sched.len() && now_s >= sched[next_ep].start_s {
-                let ep = &sched[next_ep];
-                next_ep += 1;
-                retrans_at_start = retrans_total(lab, n);
-                let a = episodes::apply(lab, ep, out, &args.congestion)
-                    .with_context(|| format!("starting episode {} ({})", ep.seq, ep.kind))?;
-                eprintln!(
-                    "lab: {:6.1} s  episode {} ({}) on rank {}: {}",
-                    a.t_start - t0,
-                    ep.seq,
-                    ep.kind,
-                    ep.rank,
-                    serde_json::to_string(&ep.params)?
-                );
-                active = Some(a);
-            }
+            timeline.tick(lab, now.as_secs_f64())?;
             if !sample_every.is_zero() && now >= next_sample {
                 next_sample = now + sample_every;
                 sample_rtt(lab, n, &mut rtt_log, &mut rtt)?;
@@ -577,16 +595,8 @@ fn drive(
         }
         thread::sleep(Duration::from_millis(50));
     }
-    if let Some(a) = active.take() {
-        // Interrupted or failed mid-episode: undo it (best effort) and say so.
-        match episodes::revert(lab, a, out, true) {
-            Ok(t) => {
-                truth_log.write(&t)?;
-                truths.push(t);
-            }
-            Err(e) => eprintln!("lab: undoing the last episode: {e:#}"),
-        }
-    }
+    // Interrupted or failed mid-episode: undo it (best effort) and say so.
+    timeline.abort(lab)?;
     let t_last = unix_now();
     // Ranks still running (failure or interrupt) are stopped by the teardown; give the
     // others a moment to flush their last line.
@@ -614,6 +624,9 @@ fn drive(
         }
     }
     let retrans_end = retrans_total(lab, n);
+    let Timeline {
+        truths, retrans, ..
+    } = timeline;
     let ep_retrans: u64 = retrans.values().sum();
     let calm_retrans = match (retrans_t0, retrans_end) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a).saturating_sub(ep_retrans)),
@@ -770,6 +783,48 @@ mod tests {
         assert_eq!(t.kinds, vec![Kind::Loss, Kind::Tbf]);
         assert_eq!(t.episodes, OnOff::Off);
         assert!(T::try_parse_from(["t", "--ranks", "1"]).is_err());
+        assert_eq!(t.duration_s(), 30.0);
+        let t = T::try_parse_from(["t", "--kinds", "squeeze,ramp,incast"])
+            .unwrap()
+            .lab;
+        assert_eq!(t.kinds, vec![Kind::Squeeze, Kind::Ramp, Kind::Incast]);
+    }
+
+    #[test]
+    fn corpus_args() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            lab: LabArgs,
+        }
+        let t = T::try_parse_from(["t", "--corpus", "c"]).unwrap().lab;
+        assert_eq!(t.corpus_runs, 15);
+        assert_eq!(t.duration_s(), 60.0);
+        let t = T::try_parse_from([
+            "t",
+            "--corpus",
+            "c",
+            "--corpus-runs",
+            "2",
+            "--duration",
+            "25",
+        ])
+        .unwrap()
+        .lab;
+        assert_eq!((t.corpus_runs, t.duration_s()), (2, 25.0));
+        // The corpus chooses patterns, periods and sizes itself, and where runs go.
+        for clash in [
+            ["--pattern", "ps"],
+            ["--record", "x"],
+            ["--period-ms", "5"],
+            ["--out", "x"],
+        ] {
+            let argv = ["t", "--corpus", "c", clash[0], clash[1]];
+            assert!(T::try_parse_from(argv).is_err(), "{clash:?}");
+        }
+        assert!(T::try_parse_from(["t", "--corpus-runs", "3"]).is_err());
+        assert!(T::try_parse_from(["t", "--corpus", "c", "--corpus-runs", "0"]).is_err());
     }
 }
 
@@ -782,6 +837,7 @@ mod run_tests {
     #[test]
     #[ignore = "needs root and network namespaces; about 15 s"]
     fn lab_short_run() {
+        let _turn = record::tests::LAB.lock().unwrap_or_else(|e| e.into_inner());
         let out = std::env::temp_dir().join(format!("lab-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&out);
         let args = LabArgs {
@@ -789,7 +845,7 @@ mod run_tests {
             pattern: Pattern::Ring,
             size: 2 << 20,
             period_ms: 100,
-            duration: 12.0,
+            duration: Some(12.0),
             seed: 5,
             episodes: OnOff::On,
             kinds: vec![Kind::Loss, Kind::Tbf],
@@ -799,6 +855,8 @@ mod run_tests {
             out: Some(out.clone()),
             record: None,
             probe: None,
+            corpus: None,
+            corpus_runs: 15,
             release: false,
             clean: false,
         };

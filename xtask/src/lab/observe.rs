@@ -61,6 +61,45 @@ pub fn parse_snmp(text: &str, proto: &str, field: &str) -> Result<u64> {
         .context("bad value")
 }
 
+/// What `tc -s -j qdisc show` says about a device's root qdisc.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QdiscStats {
+    pub kind: String,
+    /// The configured rate of a tbf, in Mbit/s.
+    pub rate_mbit: Option<f64>,
+    pub bytes: u64,
+    pub drops: u64,
+    pub overlimits: u64,
+    pub backlog: u64,
+}
+
+/// The root qdisc of `dev` in `ns`, with its counters and the raw JSON tc printed.
+pub fn root_qdisc(ns: &str, dev: &str) -> Result<(QdiscStats, serde_json::Value)> {
+    let out = cmd::run(&["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev])?;
+    parse_root_qdisc(&out).with_context(|| format!("root qdisc of {dev} in {ns}"))
+}
+
+/// Parses `tc -s -j qdisc show dev DEV`: the root qdisc's entry (tc gives a tbf's rate in
+/// bytes per second).
+pub fn parse_root_qdisc(json: &str) -> Result<(QdiscStats, serde_json::Value)> {
+    let v: serde_json::Value = serde_json::from_str(json).context("parsing tc -j output")?;
+    let root = v
+        .as_array()
+        .and_then(|qs| qs.iter().find(|q| q["root"] == true))
+        .context("no root qdisc")?
+        .clone();
+    let num = |k: &str| root[k].as_u64().unwrap_or(0);
+    let stats = QdiscStats {
+        kind: root["kind"].as_str().unwrap_or_default().to_string(),
+        rate_mbit: root["options"]["rate"].as_f64().map(|r| r * 8.0 / 1e6),
+        bytes: num("bytes"),
+        drops: num("drops"),
+        overlimits: num("overlimits"),
+        backlog: num("backlog"),
+    };
+    Ok((stats, root))
+}
+
 /// One TCP connection as `ss -tin` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SsConn {
@@ -144,6 +183,22 @@ mod tests {
             }
         );
         assert!(parse_ip_link_stats("[]").is_err());
+    }
+
+    #[test]
+    fn tc_root_qdisc() {
+        let j = r#"[{"kind":"tbf","handle":"8001:","root":true,"refcnt":3,"options":{"rate":7750000,"burst":131068,"lat":50000},"bytes":1000,"packets":2,"drops":3,"overlimits":4,"requeues":0,"backlog":1500,"qlen":1}]"#;
+        let (q, raw) = parse_root_qdisc(j).unwrap();
+        assert_eq!(q.kind, "tbf");
+        assert_eq!(q.rate_mbit, Some(62.0));
+        assert_eq!(
+            (q.bytes, q.drops, q.overlimits, q.backlog),
+            (1000, 3, 4, 1500)
+        );
+        assert_eq!(raw["handle"], "8001:");
+        let noqueue = r#"[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{},"bytes":0,"packets":0,"drops":0,"overlimits":0,"requeues":0,"backlog":0,"qlen":0}]"#;
+        assert_eq!(parse_root_qdisc(noqueue).unwrap().0.rate_mbit, None);
+        assert!(parse_root_qdisc("[]").is_err());
     }
 
     #[test]

@@ -195,7 +195,7 @@ fn describe(s: Option<ExitStatus>) -> String {
 /// documented columns, sees rank 0's ring neighbours, and shows the tbf episode on rank 0's
 /// link as a raised srtt of the peer behind it.
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::schedule::{self, Kind, Params, Plan};
     use super::super::{run, topo, LabArgs, OnOff, Pattern, CROSS_PORT};
     use super::*;
@@ -231,14 +231,19 @@ mod tests {
     }
 
     /// One row of the recording: time, kind, entity, and the numeric columns.
-    struct Row {
-        t: f64,
-        kind: String,
-        entity: String,
-        num: HashMap<String, f64>,
+    /// One row of a Parquet file probe wrote: its time, kind, entity and numbers.
+    pub(in crate::lab) struct Row {
+        pub t: f64,
+        pub kind: String,
+        pub entity: String,
+        pub num: HashMap<String, f64>,
     }
 
-    fn read_recording(path: &Path) -> (Vec<String>, Vec<Row>) {
+    /// Labs in one process would share namespace names (they are made from the pid): the
+    /// lab tests take turns.
+    pub(in crate::lab) static LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    pub(in crate::lab) fn read_recording(path: &Path) -> (Vec<String>, Vec<Row>) {
         let r = SerializedFileReader::new(File::open(path).expect("the recording exists"))
             .expect("the recording is a Parquet file");
         let schema = r.metadata().file_metadata().schema_descr();
@@ -317,6 +322,7 @@ mod tests {
         // `$PROBE_BIN`, else the lab builds probe (a no-op when target/debug/probe is
         // up to date, and never a stale binary).
         let probe = std::env::var_os("PROBE_BIN").map(PathBuf::from);
+        let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
         let (seed, ep) = seed_with_tbf_on_rank0();
         eprintln!("lab test: seed {seed}, episode {ep:?}");
         let dir = std::env::temp_dir().join(format!("lab-record-test-{}", std::process::id()));
@@ -326,7 +332,7 @@ mod tests {
             pattern: Pattern::Ring,
             size: 4 << 20,
             period_ms: 200,
-            duration: DURATION_S,
+            duration: Some(DURATION_S),
             seed,
             episodes: OnOff::On,
             kinds: vec![Kind::Tbf],
@@ -336,6 +342,8 @@ mod tests {
             out: None,
             record: Some(dir.clone()),
             probe,
+            corpus: None,
+            corpus_runs: 15,
             release: false,
             clean: false,
         });

@@ -1,7 +1,7 @@
 //! The lab's report: iteration times in calm periods versus during episodes (the training
 //! slowdown congestion causes), with the RTT and retransmits the kernel saw meanwhile.
 use super::episodes::Truth;
-use super::schedule::Kind;
+use super::schedule::{Kind, Onset};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -114,9 +114,12 @@ pub struct EpisodeRow {
     pub kind: Kind,
     pub rank: usize,
     pub params: serde_json::Value,
+    pub onset: Onset,
     /// Seconds from the start of the traffic.
     pub start_s: f64,
     pub end_s: f64,
+    /// Gradual episodes: when the last step took effect (seconds from the start).
+    pub full_s: Option<f64>,
     pub iterations: Stat,
     pub slowdown: Option<f64>,
     /// srtt of every rank's sending connections during the episode.
@@ -221,8 +224,10 @@ pub fn summarize(inp: &Inputs) -> Summary {
                 kind: t.kind,
                 rank: t.rank,
                 params: serde_json::to_value(&t.params).unwrap_or_default(),
+                onset: t.onset,
                 start_s: t.t_start - t0,
                 end_s: t.t_end - t0,
+                full_s: t.gradual.as_ref().and_then(|g| g.t_full).map(|f| f - t0),
                 slowdown: ratio(it.mean_s, calm.mean_s),
                 iterations: it,
                 srtt_median_ms,
@@ -286,6 +291,14 @@ fn params_text(p: &serde_json::Value) -> String {
         .unwrap_or_default()
 }
 
+/// `start-end` in seconds, with `/full` after the start for gradual episodes.
+fn episode_span(e: &EpisodeRow) -> String {
+    match e.full_s {
+        Some(f) => format!("{:.1}/{:.1}-{:.1}", e.start_s, f, e.end_s),
+        None => format!("{:.1}-{:.1}", e.start_s, e.end_s),
+    }
+}
+
 /// The human-readable report.
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
@@ -311,7 +324,7 @@ pub fn render(s: &Summary) -> String {
         );
         let _ = writeln!(
             o,
-            "  {:>3} {:<5} {:>4} {:>11} {:>5} {:>7} {:>7} {:>7} {:>8} {:>7} {:>9} {:>8} {:>7}  params",
+            "  {:>3} {:<7} {:>4} {:>16} {:>5} {:>7} {:>7} {:>7} {:>8} {:>7} {:>9} {:>8} {:>7}  params",
             "#",
             "kind",
             "rank",
@@ -330,11 +343,11 @@ pub fn render(s: &Summary) -> String {
             let it = &e.iterations;
             let _ = writeln!(
                 o,
-                "  {:>3} {:<5} {:>4} {:>11} {:>5} {:>7} {:>7} {:>7} {:>8} {:>7} {:>9} {:>8} {:>7}  {}",
+                "  {:>3} {:<7} {:>4} {:>16} {:>5} {:>7} {:>7} {:>7} {:>8} {:>7} {:>9} {:>8} {:>7}  {}",
                 e.seq,
                 e.kind.name(),
                 e.rank,
-                format!("{:.1}-{:.1}", e.start_s, e.end_s),
+                episode_span(e),
                 it.n,
                 opt(it.median_s, 1e3, 0),
                 opt(it.mean_s, 1e3, 0),
@@ -405,6 +418,8 @@ mod tests {
             planned_end_s: b,
             observed: serde_json::json!({}),
             aborted: false,
+            onset: kind.onset(),
+            gradual: None,
         }
     }
 

@@ -13,6 +13,12 @@ pub const RANK_DEV: &str = "eth0";
 /// How long children get between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(3);
 
+/// The switch side of rank `i`'s veth (in the switch namespace): its egress is the switch
+/// port towards rank `i`.
+pub fn switch_port(i: usize) -> String {
+    format!("v{i}")
+}
+
 /// Address of rank `i`: 10.232.0.(i+1).
 pub fn rank_addr(i: usize) -> Ipv4Addr {
     assert!(i < 254);
@@ -29,6 +35,10 @@ pub fn rank_addr(i: usize) -> Ipv4Addr {
 pub fn tbf_burst_bytes(rate_mbit: u32) -> u64 {
     (u64::from(rate_mbit) * 1_000_000 / 8 / 250).max(128 * 1024)
 }
+
+/// The rate a tbf is opened to so that it empties before it is deleted (far above what a
+/// veth carries here).
+const DRAIN_MBIT: u32 = 10_000;
 
 /// Queueing delay a tbf may add before it drops: the queue it holds.
 pub const TBF_LATENCY_MS: u32 = 50;
@@ -94,7 +104,7 @@ impl Lab {
         for i in 0..self.ranks {
             let ns = self.rank_ns(i);
             self.add_ns(ns.clone())?;
-            let port = format!("v{i}");
+            let port = switch_port(i);
             let addr = format!("{}/24", rank_addr(i));
             // The veth is created inside the switch namespace with its peer moved straight
             // into the rank's namespace: no interface ever appears in the host namespace.
@@ -159,6 +169,23 @@ impl Lab {
         let _ = p.child.kill();
         p.status = p.child.wait().ok();
         p.status
+    }
+
+    /// Stops several processes together: SIGTERM to all, then SIGKILL to those still there
+    /// after `grace`.
+    pub fn stop_all(&mut self, ids: &[ProcId], grace: Duration) {
+        for &id in ids {
+            if self.poll(id).is_none() {
+                cmd::signal(self.procs[id.0].child.id(), libc::SIGTERM);
+            }
+        }
+        let until = Instant::now() + grace;
+        for &id in ids {
+            let left = until.saturating_duration_since(Instant::now());
+            if self.wait(id, left).is_none() {
+                self.stop(id, Duration::ZERO);
+            }
+        }
     }
 
     /// Waits up to `timeout` for a process to exit by itself.
@@ -242,11 +269,16 @@ impl Drop for Lab {
 
 /// `tc qdisc replace ... root tbf` on a rank's egress.
 pub fn set_tbf(ns: &str, rate_mbit: u32) -> Result<()> {
+    set_tbf_on(ns, RANK_DEV, rate_mbit)
+}
+
+/// `tc qdisc replace ... root tbf` on `dev` in `ns`.
+pub fn set_tbf_on(ns: &str, dev: &str, rate_mbit: u32) -> Result<()> {
     let rate = format!("{rate_mbit}mbit");
     let burst = tbf_burst_bytes(rate_mbit).to_string();
     let latency = format!("{TBF_LATENCY_MS}ms");
     cmd::run(&[
-        "tc", "-n", ns, "qdisc", "replace", "dev", RANK_DEV, "root", "tbf", "rate", &rate, "burst",
+        "tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst",
         &burst, "latency", &latency,
     ])?;
     Ok(())
@@ -254,7 +286,25 @@ pub fn set_tbf(ns: &str, rate_mbit: u32) -> Result<()> {
 
 /// Removes the root qdisc of a rank's egress (back to the default).
 pub fn clear_root_qdisc(ns: &str) -> Result<()> {
-    cmd::run(&["tc", "-n", ns, "qdisc", "del", "dev", RANK_DEV, "root"])?;
+    clear_root_qdisc_on(ns, RANK_DEV)
+}
+
+/// Removes the root qdisc of `dev` in `ns` (back to the default).
+///
+/// Deleting a qdisc drops whatever it holds (up to 50 ms of a tbf's queue: hundreds of
+/// retransmits after the episode is over), so a tbf is first opened wide and given up to a
+/// second to empty.
+pub fn clear_root_qdisc_on(ns: &str, dev: &str) -> Result<()> {
+    set_tbf_on(ns, dev, DRAIN_MBIT)?;
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        let empty = super::observe::root_qdisc(ns, dev).is_ok_and(|(q, _)| q.backlog == 0);
+        if empty {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    cmd::run(&["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"])?;
     Ok(())
 }
 
