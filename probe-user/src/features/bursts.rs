@@ -20,6 +20,9 @@ pub struct Bursts {
     /// Every burst that started after this time is in `events` (older ones were dropped for
     /// room, or came before the peer was first seen).
     covered_since: f64,
+    /// The longest burst kept (an upper bound): a window's bursts start after its start
+    /// minus this, so a window reads only the tail of the ring.
+    longest: f64,
 }
 
 impl Bursts {
@@ -28,6 +31,7 @@ impl Bursts {
             cap,
             events: VecDeque::with_capacity(cap),
             covered_since: since,
+            longest: 0.0,
         }
     }
 
@@ -45,6 +49,7 @@ impl Bursts {
                 return;
             }
         }
+        self.longest = self.longest.max(b.end - b.start);
         let at = self
             .events
             .iter()
@@ -57,8 +62,18 @@ impl Bursts {
         self.covered_since
     }
 
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = &Burst> {
         self.events.iter()
+    }
+
+    /// The bursts that may overlap (from, ..]: those that started after `from` minus the
+    /// longest burst.
+    pub fn since(&self, from: f64) -> impl Iterator<Item = &Burst> {
+        let first = self
+            .events
+            .partition_point(|b| b.start < from - self.longest);
+        self.events.range(first..).filter(move |b| b.end > from)
     }
 
     pub fn bytes(&self) -> usize {

@@ -31,11 +31,19 @@ pub struct Engine {
     cfg: FeatureConfig,
     windows: Vec<f64>,
     schemas: Vec<Arc<Schema>>,
-    entities: FxHashMap<(&'static str, String), Entity>,
+    /// Per kind (in `ENTITY_KINDS` order), by name: looked up by `&str`, no key to build.
+    entities: Vec<FxHashMap<String, Entity>>,
     periods: PeriodFinder,
     scratch: Vec<f64>,
     /// Observations of entities beyond `max_entities`, not featurized (cumulative).
     pub untracked: u64,
+}
+
+fn kind_index(kind: &str) -> usize {
+    o::ENTITY_KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .expect("a known kind")
 }
 
 /// The `'static` name of a known entity kind.
@@ -53,7 +61,10 @@ impl Engine {
             windows: cfg.windows.iter().map(|w| w.as_secs_f64()).collect(),
             cfg,
             schemas,
-            entities: FxHashMap::default(),
+            entities: o::ENTITY_KINDS
+                .iter()
+                .map(|_| FxHashMap::default())
+                .collect(),
             periods: PeriodFinder::default(),
             scratch: Vec::new(),
             untracked: 0,
@@ -62,13 +73,14 @@ impl Engine {
 
     /// Entities with state right now.
     pub fn entities(&self) -> usize {
-        self.entities.len()
+        self.entities.iter().map(|m| m.len()).sum()
     }
 
     /// Heap bytes of all entity state (each entity's is fixed when it is made).
     pub fn state_bytes(&self) -> usize {
         self.entities
-            .values()
+            .iter()
+            .flat_map(|m| m.values())
             .map(|e| e.ring.bytes() + e.ewma.bytes() + e.bursts.as_ref().map_or(0, Bursts::bytes))
             .sum()
     }
@@ -87,15 +99,15 @@ impl Engine {
     }
 
     fn entity(&mut self, kind: &'static str, name: &str, now: f64) -> Option<&mut Entity> {
-        let key = (kind, name.to_owned());
-        if !self.entities.contains_key(&key) {
-            if self.entities.len() >= self.cfg.max_entities {
+        let k = kind_index(kind);
+        if !self.entities[k].contains_key(name) {
+            if self.entities() >= self.cfg.max_entities {
                 return None;
             }
             let nsig = signals::of(kind).len();
             let since = now - self.cfg.tick.as_secs_f64();
-            self.entities.insert(
-                key.clone(),
+            self.entities[k].insert(
+                name.to_owned(),
                 Entity {
                     ring: Ring::new(self.cfg.ring_capacity(), nsig),
                     ewma: Ewma::new(nsig, &self.windows),
@@ -106,7 +118,7 @@ impl Engine {
                 },
             );
         }
-        self.entities.get_mut(&key)
+        self.entities[k].get_mut(name)
     }
 
     /// One tick: folds in its burst events and observations (all of time `now`) and
@@ -171,8 +183,9 @@ impl Engine {
             .clone();
         let mut values = vec![f64::NAN; schema.len()];
         let per = per_signal(self.windows.len());
-        let key = (kind, r.entity.clone());
-        let e = self.entities.get_mut(&key).expect("tracked this tick");
+        let e = self.entities[kind_index(kind)]
+            .get_mut(r.entity.as_str())
+            .expect("tracked this tick");
         for s in 0..schema.signals {
             signal_features(
                 &e.ring,
@@ -214,7 +227,9 @@ impl Engine {
     /// Entities not seen for longer than the longest window have nothing left in it.
     fn forget_stale(&mut self, now: f64) {
         let keep = self.cfg.longest() + 2.0 * self.cfg.tick.as_secs_f64();
-        self.entities.retain(|_, e| now - e.last_seen <= keep);
+        for m in &mut self.entities {
+            m.retain(|_, e| now - e.last_seen <= keep);
+        }
     }
 }
 

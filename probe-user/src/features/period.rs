@@ -122,7 +122,7 @@ impl PeriodFinder {
         self.bins.clear();
         self.bins.resize(n, 0.0);
         let to = from + n as f64 * BIN_S;
-        for b in bursts.iter().filter(|b| b.end >= from && b.start < to) {
+        for b in bursts.since(from).filter(|b| b.start < to) {
             let (s, e) = ((b.start - from).max(0.0), (b.end - from).min(to - from));
             let (first, last) = ((s / BIN_S) as usize, ((e / BIN_S) as usize).min(n - 1));
             if first == last {
