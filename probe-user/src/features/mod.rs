@@ -228,3 +228,77 @@ mod tests {
         assert_eq!(e.untracked, 1);
     }
 }
+
+/// The engine's cost per entity per tick under the bench's shape (64 peers with ~300 burst
+/// events per second each, plus interfaces and the host), in a release build:
+/// `cargo test --release -p probe-user feature_cost -- --ignored --nocapture`.
+#[cfg(test)]
+mod cost {
+    use super::*;
+    use crate::observe::{BurstEvent, Observation, HOST, INTERFACE, PEER};
+
+    #[test]
+    #[ignore = "a measurement, run in release"]
+    fn feature_cost() {
+        let mut e = Engine::new(FeatureConfig::default());
+        let peers: Vec<String> = (0..64)
+            .map(|i| format!("10.9.{}.{}", i / 200, i % 200))
+            .collect();
+        let ticks = 300;
+        let mut spent = std::time::Duration::ZERO;
+        let mut rows = 0;
+        for t in 0..ticks {
+            let now = 1000.0 + t as f64;
+            let mut obs: Vec<Observation> = peers
+                .iter()
+                .map(|p| Observation {
+                    time_unix: now,
+                    interval_s: 1.0,
+                    entity_kind: PEER.into(),
+                    entity: p.clone(),
+                    rtt_p99_s: Some(0.001 + 1e-5 * (t % 7) as f64),
+                    rtt_mean_s: Some(0.0008),
+                    srtt_s: Some(0.001),
+                    tx_bytes_per_s: Some(1e6),
+                    rx_bytes_per_s: Some(1e6),
+                    retransmits_per_s: Some(0.0),
+                    ce_packets_per_s: Some(0.0),
+                    ..Observation::default()
+                })
+                .collect();
+            for kind in [INTERFACE, INTERFACE, HOST] {
+                obs.push(Observation {
+                    time_unix: now,
+                    entity_kind: kind.into(),
+                    entity: format!("{kind}{}", obs.len()),
+                    tx_bytes_per_s: Some(1e8),
+                    ..Observation::default()
+                });
+            }
+            let n_ev = std::env::var("EV")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(300usize);
+            let events: Vec<BurstEvent> = (0..peers.len() * n_ev)
+                .map(|i| BurstEvent {
+                    peer: peers[i % peers.len()].clone(),
+                    start_unix: now - 1.0 + i as f64 / (peers.len() * n_ev) as f64,
+                    duration_s: 0.0001,
+                    bytes: 1500,
+                    packets: 1,
+                    ..BurstEvent::default()
+                })
+                .collect();
+            let t0 = std::time::Instant::now();
+            let f = e.tick(now, &obs, &events);
+            spent += t0.elapsed();
+            rows += f.len();
+        }
+        eprintln!(
+            "feature stage: {:.1} us per entity per tick ({} rows, {} ticks)",
+            spent.as_secs_f64() * 1e6 / rows as f64,
+            rows,
+            ticks
+        );
+    }
+}

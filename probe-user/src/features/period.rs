@@ -144,6 +144,10 @@ impl PeriodFinder {
     /// the series is flat.
     fn autocorrelation(&mut self, n: usize) -> bool {
         let mean = self.bins.iter().sum::<f64>() / n as f64;
+        // Never or always busy: no FFT needed to say nothing repeats.
+        if mean <= 0.0 || self.bins.iter().all(|&x| x == self.bins[0]) {
+            return false;
+        }
         let m = (2 * n).next_power_of_two();
         self.buf.clear();
         self.buf

@@ -4,20 +4,20 @@
 //! newest first, so all windows cost about what the longest one does.
 use super::schema::WINDOW_STATS;
 
-/// The last `cap` ticks of one entity. Never grows after it is made.
+/// The last `cap` ticks of one entity. Never grows after it is made. Values are stored
+/// signal by signal, so one signal's walk over the ring reads contiguous memory.
 pub struct Ring {
-    nsig: usize,
     /// Index of the next slot to write; the newest is the one before it.
     head: usize,
     len: usize,
     times: Box<[f64]>,
+    /// `vals[s * cap + slot]`.
     vals: Box<[f64]>,
 }
 
 impl Ring {
     pub fn new(cap: usize, nsig: usize) -> Self {
         Self {
-            nsig,
             head: 0,
             len: 0,
             times: vec![f64::NAN; cap].into_boxed_slice(),
@@ -31,21 +31,29 @@ impl Ring {
 
     /// Appends one tick, overwriting the oldest when full.
     pub fn push(&mut self, t: f64, vals: &[f64]) {
-        debug_assert_eq!(vals.len(), self.nsig);
-        let i = self.head;
+        let (i, cap) = (self.head, self.cap());
+        debug_assert_eq!(vals.len() * cap, self.vals.len());
         self.times[i] = t;
-        self.vals[i * self.nsig..(i + 1) * self.nsig].copy_from_slice(vals);
-        self.head = (i + 1) % self.cap();
-        self.len = (self.len + 1).min(self.cap());
+        for (s, v) in vals.iter().enumerate() {
+            self.vals[s * cap + i] = *v;
+        }
+        self.head = (i + 1) % cap;
+        self.len = (self.len + 1).min(cap);
     }
 
-    /// Slot of the `back`-th newest tick (0: newest).
-    fn slot(&self, back: usize) -> usize {
-        (self.head + self.cap() - 1 - back) % self.cap()
+    /// Slots from the newest to the oldest: below the head backwards, then (once the ring
+    /// has wrapped) the top of the buffer backwards.
+    fn newest_first(&self) -> impl Iterator<Item = usize> {
+        let wrapped = if self.len == self.cap() {
+            self.head..self.cap()
+        } else {
+            0..0
+        };
+        (0..self.head).rev().chain(wrapped.rev())
     }
 
     pub fn newest_time(&self) -> Option<f64> {
-        (self.len > 0).then(|| self.times[self.slot(0)])
+        self.newest_first().next().map(|i| self.times[i])
     }
 
     /// Heap bytes held (constant for the ring's life).
@@ -176,11 +184,12 @@ pub fn signal_features(
     let nstat = WINDOW_STATS.len();
     debug_assert_eq!(out.len(), 2 + nstat * windows.len());
     out.fill(f64::NAN);
-    let newest_is_now = ring.newest_time() == Some(now);
-    let last = if newest_is_now {
-        ring.vals[ring.slot(0) * ring.nsig + s]
-    } else {
-        f64::NAN
+    let cap = ring.cap();
+    let vals = &ring.vals[s * cap..(s + 1) * cap];
+    let newest = ring.newest_first().next();
+    let last = match newest {
+        Some(i) if ring.times[i] == now => vals[i],
+        _ => f64::NAN,
     };
     let mut reference = last;
     let mut acc = Acc::default();
@@ -197,17 +206,21 @@ pub fn signal_features(
         }
         o[5] = ewma.get(s, w);
     };
-    for back in 0..ring.len {
-        let slot = ring.slot(back);
-        let t = ring.times[slot];
-        while w < windows.len() && t <= now - windows[w] {
+    let mut bound = now - windows[0];
+    for i in ring.newest_first() {
+        let t = ring.times[i];
+        while t <= bound {
             finish(w, &acc, reference, out);
             w += 1;
+            if w == windows.len() {
+                break;
+            }
+            bound = now - windows[w];
         }
         if w == windows.len() {
             break;
         }
-        let v = ring.vals[slot * ring.nsig + s];
+        let v = vals[i];
         if v.is_nan() {
             continue;
         }
