@@ -52,10 +52,6 @@ impl Ring {
         (0..self.head).rev().chain(wrapped.rev())
     }
 
-    pub fn newest_time(&self) -> Option<f64> {
-        self.newest_first().next().map(|i| self.times[i])
-    }
-
     /// Heap bytes held (constant for the ring's life).
     pub fn bytes(&self) -> usize {
         (self.times.len() + self.vals.len()) * std::mem::size_of::<f64>()
