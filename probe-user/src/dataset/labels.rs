@@ -4,7 +4,10 @@
 //! regression targets. Definitions in docs/features.md.
 use std::time::Duration;
 
-use crate::observe::{self as o, Observation};
+use crate::{
+    features::median,
+    observe::{self as o, Observation},
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelConfig {
@@ -70,17 +73,6 @@ pub fn names(cfg: &LabelConfig) -> Vec<String> {
     out
 }
 
-/// Median of the values in `v` (not empty).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Per tick: is the value above `factor` x the median of the values in the `baseline`
 /// seconds before it (needing `min` of them) and above `floor`? Unknown values are not.
 fn above_baseline(t: &[f64], v: &[Option<f64>], cfg: &LabelConfig, floor: f64) -> Vec<bool> {
@@ -101,7 +93,7 @@ fn above_baseline(t: &[f64], v: &[Option<f64>], cfg: &LabelConfig, floor: f64) -
         if hist.len() < cfg.baseline_min_ticks {
             continue;
         }
-        out[i] = x > cfg.spike_factor * median(&mut hist);
+        out[i] = median(&mut hist).is_some_and(|m| x > cfg.spike_factor * m);
     }
     out
 }
@@ -157,13 +149,7 @@ pub fn label(rows: &[&Observation], cfg: &LabelConfig, tick_s: f64) -> Vec<Vec<f
         .map(|s| (0..n).map(|i| s[i] && (i == 0 || !s[i - 1])).collect())
         .collect();
     let rtt: Vec<Option<f64>> = rows.iter().map(|r| r.rtt_p99_s).collect();
-    let thr: Vec<Option<f64>> = rows
-        .iter()
-        .map(|r| match (r.tx_bytes_per_s, r.rx_bytes_per_s) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-        })
-        .collect();
+    let thr: Vec<Option<f64>> = rows.iter().map(|r| r.bytes_per_s()).collect();
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let mut row = Vec::new();

@@ -133,24 +133,23 @@ fn tick_of(obs: &[Observation]) -> Duration {
     Duration::from_millis((v[v.len() / 2] * 1000.0).round().max(1.0) as u64)
 }
 
-/// Features of every tick of one recording: the daemon's feature stage, replayed.
+/// Features of every tick of one recording: the daemon's feature stage, replayed. The
+/// recorder writes a tick's observations and its burst events together, tick after tick,
+/// so both files are in tick order and each tick is a slice of each.
 pub fn replay(obs: &[Observation], events: &[BurstEvent], cfg: FeatureConfig) -> Vec<FeatureRow> {
-    let mut ev_by_tick: BTreeMap<u64, Vec<BurstEvent>> = BTreeMap::new();
-    for e in events {
-        ev_by_tick
-            .entry(e.tick_unix.to_bits())
-            .or_default()
-            .push(e.clone());
-    }
     let mut engine = Engine::new(cfg);
     let mut out = Vec::new();
-    let mut i = 0;
+    let (mut i, mut e) = (0, 0);
     while i < obs.len() {
         let t = obs[i].time_unix;
         let j = i + obs[i..].iter().take_while(|o| o.time_unix == t).count();
-        let ev = ev_by_tick.get(&t.to_bits()).map_or(&[][..], Vec::as_slice);
-        out.extend(engine.tick(t, &obs[i..j], ev));
-        i = j;
+        e += events[e..].iter().take_while(|ev| ev.tick_unix < t).count();
+        let f = e + events[e..]
+            .iter()
+            .take_while(|ev| ev.tick_unix == t)
+            .count();
+        out.extend(engine.tick(t, &obs[i..j], &events[e..f]));
+        (i, e) = (j, f);
     }
     out
 }
@@ -194,6 +193,9 @@ fn featurize(
         );
         Vec::new()
     };
+    if events.windows(2).any(|w| w[1].tick_unix < w[0].tick_unix) {
+        bail!("{}: burst events are not in tick order", ev_path.display());
+    }
     let tick = tick_of(&obs);
     let cfg = FeatureConfig {
         tick,

@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap;
 
 use super::{
     bursts::{Burst, Bursts},
+    median,
     period::{Period, PeriodFinder},
     schema::{per_signal, FeatureConfig, Schema, BURST_STATS},
     signals,
@@ -39,16 +40,9 @@ pub struct Engine {
     pub untracked: u64,
 }
 
-fn kind_index(kind: &str) -> usize {
-    o::ENTITY_KINDS
-        .iter()
-        .position(|k| *k == kind)
-        .expect("a known kind")
-}
-
-/// The `'static` name of a known entity kind.
-fn kind_of(s: &str) -> Option<&'static str> {
-    o::ENTITY_KINDS.iter().copied().find(|k| *k == s)
+/// Index of a known entity kind in `ENTITY_KINDS` (which orders schemas and entity maps).
+fn kind_index(kind: &str) -> Option<usize> {
+    o::ENTITY_KINDS.iter().position(|k| *k == kind)
 }
 
 impl Engine {
@@ -98,8 +92,8 @@ impl Engine {
         e.state_bytes()
     }
 
-    fn entity(&mut self, kind: &'static str, name: &str, now: f64) -> Option<&mut Entity> {
-        let k = kind_index(kind);
+    fn entity(&mut self, k: usize, name: &str, now: f64) -> Option<&mut Entity> {
+        let kind = o::ENTITY_KINDS[k];
         if !self.entities[k].contains_key(name) {
             if self.entities() >= self.cfg.max_entities {
                 return None;
@@ -129,8 +123,9 @@ impl Engine {
         obs: &[Observation],
         events: &[BurstEvent],
     ) -> Vec<FeatureRow> {
+        let peer = kind_index(o::PEER).expect("peers are a kind");
         for ev in events {
-            if let Some(e) = self.entity(o::PEER, &ev.peer, now) {
+            if let Some(e) = self.entity(peer, &ev.peer, now) {
                 e.last_seen = now;
                 if let Some(b) = &mut e.bursts {
                     b.add(Burst {
@@ -143,23 +138,23 @@ impl Engine {
         }
         let mut tracked = Vec::with_capacity(obs.len());
         for r in obs {
-            let Some(kind) = kind_of(&r.entity_kind) else {
+            let Some(k) = kind_index(&r.entity_kind) else {
                 continue;
             };
-            let sig = signals::of(kind);
+            let sig = signals::of(o::ENTITY_KINDS[k]);
             self.scratch.clear();
             self.scratch.extend(
                 sig.iter()
                     .map(|s| (s.get)(r).filter(|v| v.is_finite()).unwrap_or(f64::NAN)),
             );
             let vals = std::mem::take(&mut self.scratch);
-            match self.entity(kind, &r.entity, now) {
+            match self.entity(k, &r.entity, now) {
                 Some(e) => {
                     e.ring.push(now, &vals);
                     e.ewma.update(now, &vals);
                     e.last_seen = now;
                     e.ticks += 1;
-                    tracked.push((kind, r));
+                    tracked.push((k, r));
                 }
                 None => self.untracked += 1,
             }
@@ -167,23 +162,18 @@ impl Engine {
         }
         let cross = Cross::of(obs);
         let mut rows = Vec::with_capacity(tracked.len());
-        for (kind, r) in tracked {
-            rows.push(self.row(kind, r, now, &cross));
+        for (k, r) in tracked {
+            rows.push(self.row(k, r, now, &cross));
         }
         self.forget_stale(now);
         rows
     }
 
-    fn row(&mut self, kind: &'static str, r: &Observation, now: f64, cross: &Cross) -> FeatureRow {
-        let schema = self
-            .schemas
-            .iter()
-            .find(|s| s.kind == kind)
-            .expect("a schema per kind")
-            .clone();
+    fn row(&mut self, k: usize, r: &Observation, now: f64, cross: &Cross) -> FeatureRow {
+        let schema = self.schemas[k].clone();
         let mut values = vec![f64::NAN; schema.len()];
         let per = per_signal(self.windows.len());
-        let e = self.entities[kind_index(kind)]
+        let e = self.entities[k]
             .get_mut(r.entity.as_str())
             .expect("tracked this tick");
         for s in 0..schema.signals {
@@ -211,13 +201,13 @@ impl Engine {
             x[0] = e.period.seconds;
             x[1] = e.period.confidence;
             x[2] = ratio(r.srtt_s, cross.median_srtt);
-            x[3] = ratio(sum2(r.tx_bytes_per_s, r.rx_bytes_per_s), cross.peer_bytes);
+            x[3] = ratio(r.bytes_per_s(), cross.peer_bytes);
             x[4] = cross.host_bytes;
             x[5] = cross.host_backlog;
         }
         FeatureRow {
             time_unix: now,
-            entity_kind: kind,
+            entity_kind: schema.kind,
             entity: r.entity.clone(),
             schema,
             values,
@@ -240,13 +230,6 @@ fn ratio(a: Option<f64>, b: f64) -> f64 {
     }
 }
 
-fn sum2(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-    }
-}
-
 /// What a peer is compared against at the same tick.
 struct Cross {
     median_srtt: f64,
@@ -263,24 +246,17 @@ impl Cross {
             .filter_map(|r| r.srtt_s)
             .filter(|v| *v > 0.0)
             .collect();
-        srtt.sort_by(f64::total_cmp);
-        let median_srtt = match srtt.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => srtt[n / 2],
-            n => (srtt[n / 2 - 1] + srtt[n / 2]) / 2.0,
-        };
+        let median_srtt = median(&mut srtt).unwrap_or(f64::NAN);
         let peer_bytes = obs
             .iter()
             .filter(|r| r.entity_kind == o::PEER)
-            .filter_map(|r| sum2(r.tx_bytes_per_s, r.rx_bytes_per_s))
+            .filter_map(Observation::bytes_per_s)
             .sum();
         let host = obs.iter().find(|r| r.entity_kind == o::HOST);
         Self {
             median_srtt,
             peer_bytes,
-            host_bytes: host
-                .and_then(|h| sum2(h.tx_bytes_per_s, h.rx_bytes_per_s))
-                .unwrap_or(f64::NAN),
+            host_bytes: host.and_then(Observation::bytes_per_s).unwrap_or(f64::NAN),
             host_backlog: host
                 .and_then(|h| h.qdisc_backlog_bytes)
                 .map_or(f64::NAN, |b| b as f64),

@@ -1,7 +1,7 @@
 //! The per-tick signals each entity kind is windowed over: which observation column, in what
 //! unit, and why it may foretell a spike. The feature names are built from this table
 //! (`schema`), and docs/features.md is checked against it.
-use crate::observe::{self as o, Observation};
+use crate::observe::{self as o, sum_opt as sum, Observation};
 
 pub struct Signal {
     pub name: &'static str,
@@ -11,13 +11,6 @@ pub struct Signal {
     pub what: &'static str,
     /// Why it may predict a spike.
     pub why: &'static str,
-}
-
-fn sum(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-    }
 }
 
 fn int(v: Option<i64>) -> Option<f64> {

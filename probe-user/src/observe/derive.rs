@@ -249,7 +249,7 @@ pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
 fn host_totals(host: &mut Row, rows: &[Row]) {
     let add = |acc: &mut Option<f64>, v: Option<f64>| {
         if let Some(v) = v {
-            *acc = Some(acc.unwrap_or(0.0) + v);
+            add_opt(acc, v);
         }
     };
     let mut backlog: Option<i64> = None;

@@ -97,6 +97,21 @@ pub struct Observation {
     pub peers_folded: Option<i64>,
 }
 
+/// The sum of two optional values: null only when both are.
+pub fn sum_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    }
+}
+
+impl Observation {
+    /// Bytes per second both ways (null when neither direction is known).
+    pub fn bytes_per_s(&self) -> Option<f64> {
+        sum_opt(self.tx_bytes_per_s, self.rx_bytes_per_s)
+    }
+}
+
 /// One burst of one flow that ended (an idle gap longer than `--burst-gap` followed it),
 /// streamed from the kernel one event per burst. Times are wall-clock seconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -245,16 +245,43 @@ pub fn advance(
     Ok(done)
 }
 
+/// Starts the paced flow a ramp or incast step adds (the i-th uses `port + i`, i being the
+/// steps applied so far) and returns when it started.
+fn step_flow(
+    lab: &mut Lab,
+    a: &mut Active,
+    (src, dst): (usize, usize),
+    port: u16,
+    name: &str,
+    out: &Path,
+    congestion: &str,
+) -> Result<f64> {
+    let i = a.applied.len();
+    // The new flow offers what its step adds to the total.
+    let prev_rate = i
+        .checked_sub(1)
+        .map_or(0, |j| a.ep.steps[j].level.rate_mbit);
+    let added = a.ep.steps[i]
+        .level
+        .rate_mbit
+        .saturating_sub(prev_rate)
+        .max(1);
+    let flow = Flow {
+        src,
+        dst,
+        port: port + i as u16,
+        shape: vec!["-b".to_string(), format!("{added}M")],
+        secs: client_secs(&a.ep, a.ep.steps[i].at_s),
+        name: name.to_string(),
+    };
+    start_flow(lab, a, &flow, out, congestion)?;
+    Ok(unix_now())
+}
+
 /// Applies the next planned step of a gradual episode.
 fn step(lab: &mut Lab, a: &mut Active, out: &Path, congestion: &str) -> Result<()> {
     let i = a.applied.len();
     let planned = a.ep.steps[i].clone();
-    // A ramp's or an incast's new flow offers what its step adds to the total.
-    let prev_rate = i
-        .checked_sub(1)
-        .map_or(0, |j| a.ep.steps[j].level.rate_mbit);
-    let added = planned.level.rate_mbit.saturating_sub(prev_rate).max(1);
-    let paced = vec!["-b".to_string(), format!("{added}M")];
     let seq = a.ep.seq;
     let t = match a.ep.params {
         Params::Squeeze { .. } => {
@@ -267,31 +294,16 @@ fn step(lab: &mut Lab, a: &mut Active, out: &Path, congestion: &str) -> Result<(
             t
         }
         Params::Ramp { dst_rank, port, .. } => {
-            let flow = Flow {
-                src: a.ep.rank,
-                dst: dst_rank,
-                port: port + i as u16,
-                shape: paced,
-                secs: client_secs(&a.ep, planned.at_s),
-                name: format!("ramp{seq}-{i}"),
-            };
-            start_flow(lab, a, &flow, out, congestion)?;
-            unix_now()
+            let name = format!("ramp{seq}-{i}");
+            step_flow(lab, a, (a.ep.rank, dst_rank), port, &name, out, congestion)?
         }
         Params::Incast { port, .. } => {
-            let flow = Flow {
-                src: planned
-                    .level
-                    .src_rank
-                    .context("an incast step without a sender")?,
-                dst: a.ep.rank,
-                port: port + i as u16,
-                shape: paced,
-                secs: client_secs(&a.ep, planned.at_s),
-                name: format!("incast{seq}-{i}"),
-            };
-            start_flow(lab, a, &flow, out, congestion)?;
-            unix_now()
+            let src = planned
+                .level
+                .src_rank
+                .context("an incast step without a sender")?;
+            let name = format!("incast{seq}-{i}");
+            step_flow(lab, a, (src, a.ep.rank), port, &name, out, congestion)?
         }
         Params::Tbf { .. } | Params::Cross { .. } | Params::Loss { .. } => {
             bail!("episode {seq} ({}) has no steps", a.ep.kind)
