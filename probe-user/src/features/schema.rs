@@ -202,7 +202,7 @@ pub struct Schema {
     pub kind: &'static str,
     pub names: Vec<String>,
     index: HashMap<String, usize>,
-    /// Number of signals; their features come first, `2 + 6 * windows` each.
+    /// Number of signals; their features come first, `HEAD + 6 * windows` each.
     pub signals: usize,
     /// Where the burst features start (peers), then the extras.
     pub bursts_at: usize,
@@ -245,9 +245,9 @@ impl Schema {
     }
 }
 
-/// Features per signal: last, z, then the window statistics of each window.
+/// Features per signal: last, z, rel, then the window statistics of each window.
 pub fn per_signal(windows: usize) -> usize {
-    2 + WINDOW_STATS.len() * windows
+    super::window::HEAD + WINDOW_STATS.len() * windows
 }
 
 fn signal_docs(kind: &'static str, s: &Signal, cfg: &FeatureConfig, out: &mut Vec<Doc>) {
@@ -264,12 +264,24 @@ fn signal_docs(kind: &'static str, s: &Signal, cfg: &FeatureConfig, out: &mut Ve
         kind,
         name: format!("{}_z", s.name),
         unit: "1".into(),
-        window: longest,
+        window: longest.clone(),
         definition: format!(
             "z-score of this tick's {} against the longest window (0 if the window is flat)",
             s.name
         ),
         why: "how unusual this tick is for this entity: a sudden departure".into(),
+    });
+    let shortest = label(*cfg.windows.first().expect("validated: a window"));
+    out.push(Doc {
+        kind,
+        name: format!("{}_rel", s.name),
+        unit: "1".into(),
+        window: format!("{shortest}/{longest}"),
+        definition: format!(
+            "EWMA of {} over the shortest window divided by its mean over the longest (absent if that mean is not above 0)",
+            s.name
+        ),
+        why: "scale-free \"how far above its usual level\": the same for links of any speed or RTT, the form the spike labels take".into(),
     });
     for w in &cfg.windows {
         for (stat, def) in WINDOW_STATS {
@@ -401,7 +413,7 @@ mod tests {
             if *kind == o::PEER {
                 assert_eq!(s.names[s.bursts_at], "burst_rate_5s");
                 assert_eq!(s.names[s.extras_at], "iteration_period_s");
-                assert_eq!(s.index("rtt_p99_max_30s"), Some(2 + 6 + 3));
+                assert_eq!(s.index("rtt_p99_max_30s"), Some(3 + 6 + 3));
                 assert!(s.index("burst_duty_cycle_30s").is_some());
             }
         }

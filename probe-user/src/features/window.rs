@@ -165,10 +165,13 @@ impl Acc {
     }
 }
 
-/// Writes signal `s`'s features at time `now` into `out` (length `2 + 6 * windows`): last,
-/// z, then per window mean, std, min, max, slope, ewma. NaN marks a feature not known.
+/// Writes signal `s`'s features at time `now` into `out` (length `HEAD + 6 * windows`):
+/// last, z, rel, then per window mean, std, min, max, slope, ewma. NaN marks a feature not known.
 /// `windows` are ascending lengths in seconds; a sample at time t is in a window w when
 /// `t > now - w`.
+/// Features of a signal before its window statistics: last, z, rel.
+pub const HEAD: usize = 3;
+
 pub fn signal_features(
     ring: &Ring,
     ewma: &Ewma,
@@ -178,7 +181,7 @@ pub fn signal_features(
     out: &mut [f64],
 ) {
     let nstat = WINDOW_STATS.len();
-    debug_assert_eq!(out.len(), 2 + nstat * windows.len());
+    debug_assert_eq!(out.len(), HEAD + nstat * windows.len());
     out.fill(f64::NAN);
     let cap = ring.cap();
     let vals = &ring.vals[s * cap..(s + 1) * cap];
@@ -191,7 +194,7 @@ pub fn signal_features(
     let mut acc = Acc::default();
     let mut w = 0;
     let finish = |w: usize, acc: &Acc, reference: f64, out: &mut [f64]| {
-        let o = &mut out[2 + w * nstat..2 + (w + 1) * nstat];
+        let o = &mut out[HEAD + w * nstat..HEAD + (w + 1) * nstat];
         if acc.n > 0.0 {
             let (mean, std) = acc.moments(reference);
             o[0] = mean;
@@ -231,7 +234,7 @@ pub fn signal_features(
     }
     out[0] = last;
     // z against the longest window (which includes this tick's value).
-    let longest = 2 + (windows.len() - 1) * nstat;
+    let longest = HEAD + (windows.len() - 1) * nstat;
     let (mean, std) = (out[longest], out[longest + 1]);
     if !last.is_nan() && !mean.is_nan() {
         out[1] = if std > mean.abs() * 1e-12 && std > 0.0 {
@@ -239,6 +242,12 @@ pub fn signal_features(
         } else {
             0.0
         };
+    }
+    // rel: the shortest window's EWMA over the longest window's mean. Scale-free, so a
+    // model learns "twice its usual" once for links of any speed or RTT.
+    let ewma_short = out[HEAD + nstat - 1];
+    if mean > 0.0 && !ewma_short.is_nan() {
+        out[2] = ewma_short / mean;
     }
 }
 
@@ -256,13 +265,13 @@ mod tests {
             ring.push(i as f64, &[f(i)]);
             ewma.update(i as f64, &[f(i)]);
         }
-        let mut out = vec![0.0; 2 + 6 * 3];
+        let mut out = vec![0.0; HEAD + 6 * 3];
         signal_features(&ring, &ewma, 0, n as f64, &WINDOWS, &mut out);
         out
     }
 
     fn stat(out: &[f64], w: usize, stat: usize) -> f64 {
-        out[2 + w * 6 + stat]
+        out[HEAD + w * 6 + stat]
     }
 
     #[test]
