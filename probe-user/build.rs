@@ -9,6 +9,7 @@ use anyhow::{anyhow, Context as _};
 const EBPF_TOOLCHAIN: &str = "nightly-2026-05-20";
 
 fn main() -> anyhow::Result<()> {
+    embed_default_model()?;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or_else(|| anyhow!("probe-user has no parent directory"))?
@@ -26,4 +27,37 @@ fn main() -> anyhow::Result<()> {
         aya_build::Toolchain::Custom(EBPF_TOOLCHAIN),
     )
     .with_context(|| format!("building the eBPF programs failed (run `cargo xtask setup` to install {EBPF_TOOLCHAIN} with rust-src and bpf-linker)"))
+}
+
+/// The built-in spike model: every file of `probe-user/model/` embedded as text
+/// (`cargo xtask model` writes it; `model::builtin` reads the list).
+fn embed_default_model() -> anyhow::Result<()> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("model");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd {
+            let p = e?.path();
+            if p.is_file() {
+                println!("cargo:rerun-if-changed={}", p.display());
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let mut code = String::from("pub const FILES: &[(&str, &str)] = &[\n");
+    for p in &files {
+        let name = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("a model file name is not UTF-8")?;
+        code += &format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            p.display().to_string()
+        );
+    }
+    code += "];\n";
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("builtin_model.rs");
+    std::fs::write(out, code)?;
+    Ok(())
 }

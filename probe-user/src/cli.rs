@@ -30,6 +30,10 @@ pub enum Command {
     Top(crate::top::TopArgs),
     /// Replay recordings through the feature stage and add training labels (docs/features.md).
     Features(crate::dataset::FeaturesArgs),
+    /// Train the spike model (LightGBM) from `probe features` tables (docs/model.md).
+    Train(crate::train::TrainArgs),
+    /// Evaluate a model against the baselines on held-out tables (docs/model.md).
+    Eval(crate::eval::EvalArgs),
 }
 
 #[derive(Args, Debug, Default, Clone)]
@@ -64,8 +68,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub bpf_log: bool,
 
-    /// Spike model file (LightGBM). Default: the built-in model.
-    #[arg(long, value_name = "FILE")]
+    /// Spike model directory (`probe train --out`). Default: the built-in model. SIGHUP
+    /// reloads it; a bad model is refused and the previous one keeps serving.
+    #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
 }
 

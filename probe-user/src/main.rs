@@ -14,17 +14,20 @@ mod cli;
 mod collect;
 mod config;
 mod dataset;
+mod eval;
 mod export;
 mod features;
 mod fold;
 mod host;
 mod lifecycle;
+mod model;
 mod observe;
 mod pipeline;
 mod record;
 mod run;
 mod snapshot;
 mod top;
+mod train;
 
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
@@ -62,6 +65,8 @@ fn main() -> ExitCode {
         cli::Command::Record(args) => record::main(args),
         cli::Command::Top(args) => top::main(args),
         cli::Command::Features(args) => dataset::main(args),
+        cli::Command::Train(args) => train::main(args),
+        cli::Command::Eval(args) => eval::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,13 +1,15 @@
 //! The stages of a tick, in the order they run over one per-tick snapshot, after the collect
 //! stage (`collect::assemble`, async because it talks to the kernel) has produced it:
 //!
-//! observe -> features -> fold
+//! observe -> features -> model -> fold
 //!
 //! Export reads the result. Adding a stage: a module with one `impl Stage` and one line in
 //! [`Pipeline::new`].
 use std::time::Instant;
 
-use crate::{config::Config, features, fold, observe, snapshot::Snapshot, snapshot::StageTime};
+use crate::{
+    config::Config, features, fold, model, observe, snapshot::Snapshot, snapshot::StageTime,
+};
 
 /// One stage: reads and extends the tick's snapshot. Stages keep their own state between
 /// ticks; none reaches back into an earlier one.
@@ -23,11 +25,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(cfg: &Config) -> Self {
+    /// `model`: where the serving spike model sits (SIGHUP replaces it).
+    pub fn new(cfg: &Config, model: model::score::Slot) -> Self {
         Self {
             stages: vec![
                 Box::new(observe::Observe::default()),
                 Box::new(features::Features::new(cfg.features.clone())),
+                Box::new(model::score::Model::new(model)),
                 Box::new(fold::Fold::new(cfg)),
             ],
             totals: Vec::new(),

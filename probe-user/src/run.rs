@@ -2,7 +2,7 @@
 //! checks, then the listening socket (so "port in use" fails before touching the kernel),
 //! then load and attach, then the tick loop until SIGINT/SIGTERM, then a full detach.
 use std::{
-    sync::{atomic::Ordering, Arc, RwLock},
+    sync::{atomic::Ordering, Arc, Mutex, RwLock},
     time::Instant,
 };
 
@@ -22,6 +22,10 @@ use crate::{
         metrics::registry,
     },
     host::{iface, privilege},
+    model::{
+        self,
+        score::{Bound, Slot},
+    },
     pipeline::Pipeline,
     snapshot::{Snapshot, StageTime},
 };
@@ -30,15 +34,17 @@ type RdmaReceiver = tokio::sync::watch::Receiver<Arc<RdmaSnapshot>>;
 
 pub fn main(args: RunArgs) -> Result<()> {
     let cfg = Config::resolve(&args)?;
+    // A bad model is a configuration error: say so before touching the kernel.
+    let model = load_model(&cfg)?;
     privilege::check()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(daemon(cfg))
+    rt.block_on(daemon(cfg, Arc::new(Mutex::new(model.map(Arc::new)))))
 }
 
-async fn daemon(cfg: Config) -> Result<()> {
+async fn daemon(cfg: Config, model: Slot) -> Result<()> {
     let listener = TcpListener::bind(cfg.listen).await.map_err(|e| {
         anyhow!(
             "cannot listen on {}: {e} (is another probe running? choose another address with --listen)",
@@ -64,7 +70,16 @@ async fn daemon(cfg: Config) -> Result<()> {
         }
     }
     // From here on, every exit path detaches.
-    let result = serve(&cfg, listener, &handle, &mut loaded, &mut tc, &selected).await;
+    let result = serve(
+        &cfg,
+        listener,
+        &handle,
+        &mut loaded,
+        &mut tc,
+        &selected,
+        model,
+    )
+    .await;
     tc.detach_all(&mut loaded.ebpf);
     tracing::info!("detached; exiting");
     result
@@ -77,13 +92,14 @@ async fn serve(
     loaded: &mut Loaded,
     tc: &mut TcAttacher,
     selected: &[iface::Iface],
+    model: Slot,
 ) -> Result<()> {
     for i in selected {
         tc.attach(&mut loaded.ebpf, i)?;
     }
     let collector = Collector::new(&mut loaded.ebpf, std::mem::take(&mut loaded.drop_reasons))?;
     let mut sources = Sources::new(collector, handle.clone(), spawn_rdma(cfg), &loaded.hooks);
-    let mut pipeline = Pipeline::new(cfg);
+    let mut pipeline = Pipeline::new(cfg, model.clone());
 
     let latest = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
     let shared = Arc::new(Shared {
@@ -109,6 +125,7 @@ async fn serve(
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
     let mut ticker = tokio::time::interval(cfg.tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let result = loop {
@@ -116,6 +133,10 @@ async fn serve(
             _ = ticker.tick() => {}
             _ = sigterm.recv() => break Ok(()),
             _ = sigint.recv() => break Ok(()),
+            _ = sighup.recv() => {
+                reload_model(cfg, &model);
+                continue;
+            }
         }
         let started = Instant::now();
         let mut snap = match sources.snapshot(cfg, &mut loaded.ebpf, tc).await {
@@ -135,6 +156,42 @@ async fn serve(
     let _ = stop_tx.send(());
     let _ = server.await;
     result
+}
+
+/// The model `--model` or the config names, else the built-in one.
+fn load_model(cfg: &Config) -> Result<Option<Bound>> {
+    let m = model::load(cfg.model.as_deref(), &cfg.features)?;
+    match &m {
+        Some(b) => {
+            let i = b.info();
+            tracing::info!(
+                "model {} from {}: {} models over {} features, trained on {}",
+                i.model, i.source, i.models, i.features, i.trained_on
+            );
+        }
+        None => tracing::warn!("this build has no built-in model and none was given (--model DIR): no spike probabilities or forecasts"),
+    }
+    Ok(m)
+}
+
+/// SIGHUP: load the model again from where it came from; on any error the old one keeps
+/// serving.
+fn reload_model(cfg: &Config, slot: &Slot) {
+    match load_model(cfg) {
+        Ok(m) => {
+            if let Ok(mut g) = slot.lock() {
+                *g = m.map(Arc::new);
+            }
+        }
+        Err(e) => {
+            let old = slot
+                .lock()
+                .ok()
+                .and_then(|g| g.as_ref().map(|b| b.info().source))
+                .unwrap_or_else(|| "none".into());
+            tracing::error!("model reload failed, the previous model ({old}) keeps serving: {e:#}");
+        }
+    }
 }
 
 fn spawn_rdma(cfg: &Config) -> Option<RdmaReceiver> {

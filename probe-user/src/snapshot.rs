@@ -54,6 +54,13 @@ pub struct Snapshot {
     /// Entities with feature state, and the bytes that state holds.
     pub features_entities: u64,
     pub features_state_bytes: u64,
+    /// The spike model's scores of every scored entity (folded peers included).
+    pub forecasts: Vec<crate::model::score::Forecast>,
+    /// The model that scored them (None: no model loaded).
+    pub model: Option<crate::model::score::ModelInfo>,
+    /// Entities the model stage scored this tick, and how long it took.
+    pub model_entities: u64,
+    pub model_seconds: f64,
     /// How long each stage of this tick took, in the order they ran.
     pub stages: Vec<StageTime>,
     /// Seconds each stage has taken since the daemon started.

@@ -5,6 +5,7 @@
 //! - `test [--quick]`: everything CI checks (`.ci/run` is exactly `cargo xtask test`).
 //! - `bench`: measures probe's overhead against a release build.
 //! - `lab`: the distributed-training traffic lab.
+//! - `model`: the built-in spike model from a lab corpus, trained and evaluated.
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
 use std::os::unix::process::CommandExt as _;
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 mod bench;
 mod build;
 mod lab;
+mod model;
 mod setup;
 mod test;
 
@@ -40,6 +42,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Runs the traffic lab (see docs/lab.md).
     Lab(lab::LabArgs),
+    /// Regenerates the built-in spike model from a lab corpus (needs root; hours).
+    Model(model::ModelArgs),
 }
 
 #[derive(clap::Args)]
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench(args),
         Command::Lab(args) => lab::run(args),
+        Command::Model(args) => model::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! writes one wide Parquet table (a row per entity per tick) for `probe train` or
 //! pandas/polars. Each recording starts from fresh state, as the daemon did.
 pub mod labels;
+pub mod table;
 
 use std::{
     collections::BTreeMap,

@@ -77,7 +77,7 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     counter(
         enc,
         "probe_tick_stage_seconds",
-        "Time each stage of the tick has taken since the daemon started (collect, observe, features, fold)",
+        "Time each stage of the tick has taken since the daemon started (collect, observe, features, model, fold)",
         s.stage_totals
             .iter()
             .map(|t| (l(&[("stage", t.stage)]), t.seconds)),
@@ -85,7 +85,7 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     gauge(
         enc,
         "probe_tick_duration_seconds",
-        "How long each stage of the last tick took (collect, observe, features, fold)",
+        "How long each stage of the last tick took (collect, observe, features, model, fold)",
         s.stages
             .iter()
             .map(|t| (l(&[("stage", t.stage)]), t.seconds)),

@@ -218,6 +218,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     encode_queues(s, enc)?;
     encode_interfaces(s, enc)?;
     super::features::encode(s, enc)?;
+    super::model::encode(s, enc)?;
     counter(
         enc,
         "probe_map_full",

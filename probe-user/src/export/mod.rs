@@ -2,3 +2,4 @@
 pub mod features;
 pub mod http;
 pub mod metrics;
+pub mod model;

@@ -44,6 +44,9 @@ pub struct Flows {
     /// entities it featurized (probe_feature_entities at the end).
     pub feature_seconds: f64,
     pub feature_entities: f64,
+    /// Seconds the model stage took in the window, and the entities it scored (last tick).
+    pub model_seconds: f64,
+    pub model_entities: f64,
     pub flows_tracked: f64,
     pub flow_evictions: f64,
     /// probe_tcp_connections summed over the bench's own peers, of peer="other" (peers
@@ -319,6 +322,9 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         feature_seconds: s1.sum("probe_tick_stage_seconds_total", &[("stage", "features")])
             - s0.sum("probe_tick_stage_seconds_total", &[("stage", "features")]),
         feature_entities: s1.sum("probe_feature_entities", &[]),
+        model_seconds: s1.sum("probe_tick_stage_seconds_total", &[("stage", "model")])
+            - s0.sum("probe_tick_stage_seconds_total", &[("stage", "model")]),
+        model_entities: s1.sum("probe_model_scored_entities", &[]),
         flows_tracked: s1.sum("probe_flows_tracked", &[]),
         flow_evictions: s1.sum("probe_flow_evictions_total", &[]),
         tcp_connections: tcp_ours,

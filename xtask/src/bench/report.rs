@@ -229,6 +229,21 @@ fn checks(r: &Report) -> Vec<Check> {
                 verdict: verdict(us <= BAR_FEATURE_US),
             });
         }
+        if f.model_entities > 0.0 {
+            let us = 1e6 * f.model_seconds / f.window_seconds.round().max(1.0) / f.model_entities;
+            let both = 1e6 * (f.model_seconds + f.feature_seconds)
+                / f.window_seconds.round().max(1.0)
+                / f.model_entities.max(f.feature_entities);
+            out.push(Check {
+                what: format!(
+                    "spike model scoring per entity per tick (all models), {flows} ({:.0} entities)",
+                    f.model_entities
+                ),
+                value: format!("{us:.1} us (features + scoring {both:.1} us)"),
+                bar: format!("<= {BAR_FEATURE_US:.0} us (features + scoring)"),
+                verdict: verdict(both <= BAR_FEATURE_US),
+            });
+        }
         let rss = f.peak_rss_bytes as f64 / MIB;
         out.push(Check {
             what: format!("daemon peak RSS (VmHWM), {flows}"),

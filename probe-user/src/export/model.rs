@@ -1,0 +1,96 @@
+//! The spike model's output as series: spike probabilities and forecasts per peer and
+//! interface, what model is loaded, and what scoring costs. Peers follow the top-K fold
+//! like every other peer series (folded peers are scored; their scores stay in the JSON).
+use std::collections::HashSet;
+
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::metrics::{gauge, l};
+use crate::{
+    fold::OTHER,
+    model::score::Forecast,
+    observe::{INTERFACE, PEER},
+    snapshot::Snapshot,
+};
+
+/// The entity label of a scored entity, None for a peer without its own series.
+fn entity<'a>(f: &'a Forecast, members: &HashSet<&str>) -> Option<(&'static str, &'a str)> {
+    match f.entity_kind {
+        PEER if members.contains(f.entity.as_str()) => Some(("peer", &f.entity)),
+        INTERFACE => Some(("iface", &f.entity)),
+        _ => None,
+    }
+}
+
+fn horizon(f: &Forecast) -> String {
+    crate::features::schema::label(std::time::Duration::from_secs_f64(f.horizon_s))
+}
+
+pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    gauge(
+        enc,
+        "probe_model_info",
+        "The spike model that scores (always 1): its name, what it was trained on, how many features it reads",
+        s.model.iter().map(|m| {
+            let n = m.features.to_string();
+            (
+                l(&[
+                    ("model", &m.model),
+                    ("trained_on", &m.trained_on),
+                    ("features", &n),
+                ]),
+                1.0,
+            )
+        }),
+    )?;
+    gauge(
+        enc,
+        "probe_model_scored_entities",
+        "Entities the spike model scored at the last tick (its cost is probe_tick_stage_seconds_total{stage=\"model\"})",
+        s.model.iter().map(|_| (vec![], s.model_entities as f64)),
+    )?;
+    let members: HashSet<&str> = s
+        .peers
+        .iter()
+        .map(|p| p.peer.as_str())
+        .chain(s.flows.iter().map(|f| f.peer.as_str()))
+        .filter(|p| *p != OTHER)
+        .collect();
+    let series = |pick: fn(&Forecast) -> Option<f64>, with_target: bool| {
+        let members = &members;
+        s.forecasts.iter().filter_map(move |f| {
+            let v = pick(f)?;
+            let (k, e) = entity(f, members)?;
+            let h = horizon(f);
+            let mut labels = l(&[(k, e), ("horizon", &h)]);
+            if with_target {
+                labels.push(("target", f.target.clone()));
+            }
+            Some((labels, v))
+        })
+    };
+    gauge(
+        enc,
+        "probe_spike_probability",
+        "The model's probability that the target's event (rtt_spike, retrans_storm, queue_overflow) starts within the horizon",
+        series(|f| f.spike_probability, true),
+    )?;
+    gauge(
+        enc,
+        "probe_spike_threshold",
+        "The probability at and above which the model alarms (chosen on validation for best F1)",
+        series(|f| f.threshold, true),
+    )?;
+    gauge(
+        enc,
+        "probe_rtt_forecast_seconds",
+        "The RTT p99 the model expects toward the peer at the horizon",
+        series(|f| f.rtt_forecast_s, false),
+    )?;
+    gauge(
+        enc,
+        "probe_throughput_forecast_bytes_per_second",
+        "The bytes per second (both directions) the model expects at the horizon",
+        series(|f| f.throughput_forecast_bytes_per_s, false),
+    )
+}

@@ -1,0 +1,114 @@
+//! The spike model: LightGBM text models, scored in Rust each tick (no C++ at run time), and
+//! the directory format `probe train` writes and `probe run --model` reads (docs/model.md).
+pub mod bundle;
+pub mod lgbm;
+pub mod score;
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::{
+    features::{schema::Schema, FeatureConfig},
+    observe::ENTITY_KINDS,
+};
+use bundle::{Bundle, MANIFEST};
+use score::Bound;
+
+/// The default model, embedded at build time from `probe-user/model/` (`cargo xtask model`).
+mod builtin {
+    include!(concat!(env!("OUT_DIR"), "/builtin_model.rs"));
+}
+
+pub const BUILTIN: &str = "built-in";
+
+/// The built-in model's files, or None when the build has none.
+pub fn builtin_bundle() -> Option<Result<Bundle>> {
+    let manifest = builtin::FILES.iter().find(|(n, _)| *n == MANIFEST)?.1;
+    Some(Bundle::from_parts(BUILTIN, manifest, |file| {
+        builtin::FILES
+            .iter()
+            .find(|(n, _)| *n == file)
+            .map(|(_, t)| (*t).to_owned())
+            .ok_or_else(|| anyhow::anyhow!("not embedded"))
+    }))
+}
+
+/// The feature names the daemon produces per entity kind with `cfg`.
+pub fn schemas(cfg: &FeatureConfig) -> Vec<(&'static str, Vec<String>)> {
+    ENTITY_KINDS
+        .iter()
+        .map(|k| (*k, Schema::new(k, cfg).names))
+        .collect()
+}
+
+/// Loads the model in `dir`, or the built-in one, and binds it to the features `cfg` makes.
+/// Ok(None): no directory given and no built-in model in this build.
+pub fn load(dir: Option<&Path>, cfg: &FeatureConfig) -> Result<Option<Bound>> {
+    let bundle = match dir {
+        Some(d) => Bundle::load(d)?,
+        None => match builtin_bundle() {
+            Some(b) => b?,
+            None => return Ok(None),
+        },
+    };
+    Bound::bind(bundle, &schemas(cfg)).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{features::FeatureRow, observe::PEER};
+
+    /// A model directory written by LightGBM's Python package on probe's peer features
+    /// (tests/fixtures/python-model/make.py) loads into the daemon's model stage and scores
+    /// each row as Python's `predict` did.
+    #[test]
+    fn a_python_lightgbm_model_scores_as_in_python() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python-model");
+        let cfg = FeatureConfig::default();
+        let bound = load(Some(&dir), &cfg).unwrap().unwrap();
+        assert_eq!(bound.info().trained_on, "LightGBM's Python package");
+        let rows: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("rows.json")).unwrap()).unwrap();
+        let schema = Arc::new(Schema::new(PEER, &cfg));
+        let (mut scratch, mut worst) = (Vec::new(), 0.0f64);
+        let want = rows["predict"].as_array().unwrap();
+        assert!(want.len() >= 20);
+        let names = &bound.bundle.manifest.features[PEER];
+        for (row, want) in rows["rows"].as_array().unwrap().iter().zip(want) {
+            // The rows are in the model's order; the daemon's rows in its schema's (which
+            // may have more features): placed by name, as the stage gathers them back.
+            let mut values = vec![f64::NAN; schema.len()];
+            for (n, v) in names.iter().zip(row.as_array().unwrap()) {
+                values[schema.index(n).unwrap()] = v.as_f64().unwrap_or(f64::NAN);
+            }
+            let fr = FeatureRow {
+                time_unix: 0.0,
+                entity_kind: PEER,
+                entity: "10.0.0.2".into(),
+                schema: schema.clone(),
+                values,
+            };
+            let mut out = Vec::new();
+            bound.score(&fr, &mut scratch, &mut out);
+            assert_eq!(out.len(), 1);
+            let got = out[0].spike_probability.unwrap();
+            worst = worst.max((got - want.as_f64().unwrap()).abs());
+        }
+        assert!(worst < 1e-9, "max |probe - python| = {worst:e}");
+    }
+
+    #[test]
+    fn a_model_for_other_windows_is_refused_when_bound() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python-model");
+        let cfg = FeatureConfig {
+            windows: vec![std::time::Duration::from_secs(10)],
+            ..FeatureConfig::default()
+        };
+        let e = format!("{:#}", load(Some(&dir), &cfg).err().unwrap());
+        assert!(e.contains("unknown feature") && !e.contains('\n'), "{e}");
+    }
+}

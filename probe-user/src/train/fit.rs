@@ -1,0 +1,385 @@
+//! The LightGBM part of `probe train` (the `train` feature): fit, pick thresholds on
+//! validation, check the Rust evaluator against LightGBM on the test rows, write the
+//! directory.
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::{bail, Context as _, Result};
+use lightgbm3::{Booster as Lgbm, Dataset};
+use serde_json::json;
+
+use super::{
+    spec::{self, Spec, SPECS},
+    split::{split, Part},
+    TrainArgs,
+};
+use crate::{
+    dataset::table::FeatureTable,
+    eval::{self, metrics},
+    features::{schema::Schema, FeatureConfig},
+    model::{
+        bundle::{Entry, Manifest, Task, FORMAT, MANIFEST},
+        lgbm::Booster,
+    },
+};
+
+/// The Rust evaluator must agree with LightGBM to this on every test row.
+const MAX_DIFF: f64 = 1e-9;
+
+pub fn main(args: TrainArgs) -> Result<()> {
+    if args.out.exists() && !args.force {
+        bail!(
+            "{} exists; choose another --out or pass --force to overwrite it",
+            args.out.display()
+        );
+    }
+    if !(0.01..=0.4).contains(&args.holdout) {
+        bail!("--holdout must be between 0.01 and 0.4");
+    }
+    let table = FeatureTable::read_all(&args.data)?;
+    if table.is_empty() {
+        bail!("the features tables hold no rows");
+    }
+    let fcfg = FeatureConfig {
+        windows: table.windows()?,
+        ..FeatureConfig::default()
+    };
+    let horizons = table.horizons()?;
+    let (parts, split_desc) = split(&table, args.holdout);
+    eprintln!("train: {} rows; split {split_desc}", table.len());
+
+    let jobs: Vec<(&Spec, &String)> = SPECS
+        .iter()
+        .flat_map(|s| horizons.iter().map(move |h| (s, h)))
+        .collect();
+    let bar = progress(jobs.len() as u64);
+    let mut features: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut entries = Vec::new();
+    let mut texts = Vec::new();
+    let mut baselines = BTreeMap::new();
+    let mut skipped = Vec::new();
+    let mut worst_diff = 0.0f64;
+    for (s, h) in jobs {
+        bar.set_message(s.key(h));
+        let names = Schema::new(s.entity_kind, &fcfg).names;
+        match fit_one(&args, &table, &parts, s, h, &names)? {
+            Fitted::Skipped(why) => {
+                say(&bar, format!("train: {} skipped: {why}", s.key(h)));
+                skipped.push(json!({"model": s.key(h), "why": why}));
+            }
+            Fitted::Model {
+                entry,
+                text,
+                diff,
+                baseline_thresholds,
+            } => {
+                say(
+                    &bar,
+                    format!(
+                        "train: {} {}",
+                        s.key(h),
+                        serde_json::to_string(&entry.metrics)?
+                    ),
+                );
+                worst_diff = worst_diff.max(diff);
+                features.insert(s.entity_kind.to_owned(), names);
+                if !baseline_thresholds.is_empty() {
+                    baselines.insert(s.key(h), baseline_thresholds);
+                }
+                entries.push(*entry);
+                texts.push(text);
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if entries.is_empty() {
+        bail!(
+            "no model could be trained: {}",
+            serde_json::to_string(&skipped)?
+        );
+    }
+    let recordings: std::collections::BTreeSet<&str> =
+        table.recording.iter().map(String::as_str).collect();
+    let files: Vec<String> = args.data.iter().map(|p| p.display().to_string()).collect();
+    let manifest = Manifest {
+        format: FORMAT,
+        name: args.name.clone(),
+        trained_on: args.trained_on.clone().unwrap_or_else(|| {
+            format!("{} recording(s) from {}", recordings.len(), files.join(" "))
+        }),
+        probe_version: env!("CARGO_PKG_VERSION").to_owned(),
+        windows: fcfg
+            .windows
+            .iter()
+            .map(|d| crate::features::schema::label(*d))
+            .collect(),
+        horizons: horizons.clone(),
+        features,
+        models: entries,
+        baselines,
+        data: json!({
+            "files": files,
+            "recordings": recordings,
+            "rows": table.len(),
+            "split": split_desc,
+            "rows_per_part": {
+                "train": parts.iter().filter(|p| **p == Part::Train).count(),
+                "validation": parts.iter().filter(|p| **p == Part::Valid).count(),
+                "test": parts.iter().filter(|p| **p == Part::Test).count(),
+            },
+            "skipped": skipped,
+            "max_abs_diff_rust_vs_lightgbm": worst_diff,
+        }),
+    };
+    write_dir(&args.out, &manifest, &texts)?;
+    eprintln!(
+        "train: {} models -> {} (Rust evaluator vs LightGBM on test rows: max |diff| {worst_diff:.1e})",
+        manifest.models.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn progress(n: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(n);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("train {bar:30} {pos}/{len} models {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// A line above the progress bar, or on stderr when there is no bar.
+fn say(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+enum Fitted {
+    Skipped(String),
+    Model {
+        entry: Box<Entry>,
+        text: String,
+        diff: f64,
+        baseline_thresholds: BTreeMap<String, f64>,
+    },
+}
+
+/// Rows of one part with a known label: (rows, labels as the model learns them).
+fn rows_of(
+    t: &FeatureTable,
+    parts: &[Part],
+    part: Part,
+    s: &Spec,
+    entry: &Entry,
+    label: &[f64],
+) -> (Vec<usize>, Vec<f32>) {
+    let mut rows = Vec::new();
+    let mut y = Vec::new();
+    for r in 0..t.len() {
+        if parts[r] != part || t.entity_kind[r] != s.entity_kind {
+            continue;
+        }
+        match s.task {
+            Task::Classifier if label[r].is_finite() => {
+                rows.push(r);
+                y.push(label[r] as f32);
+            }
+            Task::Regressor => {
+                if let Some((target, _)) = spec::regression_target(t, entry, label, r) {
+                    rows.push(r);
+                    y.push(target as f32);
+                }
+            }
+            _ => {}
+        }
+    }
+    (rows, y)
+}
+
+fn fit_one(
+    args: &TrainArgs,
+    t: &FeatureTable,
+    parts: &[Part],
+    s: &Spec,
+    h: &str,
+    names: &[String],
+) -> Result<Fitted> {
+    let label = t.column(&s.label(h))?;
+    let horizon_s = crate::cli::parse_duration(h)
+        .map_err(|e| anyhow::anyhow!("horizon {h}: {e}"))?
+        .as_secs_f64();
+    let mut entry = Entry {
+        file: s.file(h),
+        entity_kind: s.entity_kind.to_owned(),
+        target: s.target.to_owned(),
+        horizon: h.to_owned(),
+        horizon_s,
+        task: s.task,
+        threshold: None,
+        base: s.base.iter().map(|b| (*b).to_owned()).collect(),
+        eps: s.eps,
+        metrics: serde_json::Value::Null,
+    };
+    let (tr, ytr) = rows_of(t, parts, Part::Train, s, &entry, label);
+    let (va, yva) = rows_of(t, parts, Part::Valid, s, &entry, label);
+    let (te, yte) = rows_of(t, parts, Part::Test, s, &entry, label);
+    let pos = |y: &[f32]| y.iter().filter(|v| **v > 0.5).count();
+    if s.task == Task::Classifier {
+        if pos(&ytr) < 5 || pos(&yva) < 1 {
+            return Ok(Fitted::Skipped(format!(
+                "too few positives (train {}, validation {})",
+                pos(&ytr),
+                pos(&yva)
+            )));
+        }
+    } else if tr.len() < 50 || va.is_empty() {
+        return Ok(Fitted::Skipped(format!(
+            "too few rows (train {}, validation {})",
+            tr.len(),
+            va.len()
+        )));
+    }
+    let nf = names.len() as i32;
+    let xtr = spec::matrix(t, names, &tr)?;
+    let xva = spec::matrix(t, names, &va)?;
+    let mut dtr = Dataset::from_slice(&xtr, &ytr, nf, true).context("LightGBM dataset")?;
+    dtr.set_feature_names(names)
+        .context("LightGBM feature names")?;
+    let dva = Dataset::from_slice_with_reference(&xva, &yva, nf, true, Some(&dtr))
+        .context("LightGBM validation dataset")?;
+    let mut params = json!({
+        "num_iterations": args.rounds,
+        "early_stopping_rounds": 20,
+        "learning_rate": 0.08,
+        "num_leaves": args.leaves,
+        "min_data_in_leaf": 40,
+        "feature_fraction": 0.7,
+        "bagging_fraction": 0.8,
+        "bagging_freq": 1,
+        "lambda_l2": 1.0,
+        "max_bin": 63,
+        "seed": 1,
+        "deterministic": true,
+        "num_threads": 2,
+        "verbosity": -1,
+    });
+    match s.task {
+        Task::Classifier => {
+            // Spikes are rare: weight the positives up, by the square root of the
+            // imbalance (full balancing made scores of calm rows too jumpy to threshold).
+            let (p, n) = (pos(&ytr) as f64, (ytr.len() - pos(&ytr)) as f64);
+            params["objective"] = json!("binary");
+            params["metric"] = json!("average_precision");
+            params["scale_pos_weight"] = json!((n / p).sqrt().max(1.0));
+        }
+        Task::Regressor => {
+            params["objective"] = json!("huber");
+            params["alpha"] = json!(0.5);
+            params["metric"] = json!("l1");
+        }
+    }
+    let lgbm = Lgbm::train_with_valid(dtr, Some(dva), &params)
+        .with_context(|| format!("training {}", s.key(h)))?;
+    let text = lgbm.save_string().context("saving the LightGBM model")?;
+    let ours = Booster::parse(&text)
+        .with_context(|| format!("{}: LightGBM wrote a model probe cannot read", s.key(h)))?;
+
+    // The Rust evaluator against LightGBM's own predictions on every test (or validation) row.
+    let (chk_rows, chk_name) = if te.is_empty() {
+        (&va, "validation")
+    } else {
+        (&te, "test")
+    };
+    let xchk = spec::matrix(t, names, chk_rows)?;
+    let theirs = lgbm.predict(&xchk, nf, true).context("LightGBM predict")?;
+    let mut diff = 0.0f64;
+    for (row, p) in xchk.chunks(names.len()).zip(&theirs) {
+        diff = diff.max((ours.predict(row) - p).abs());
+    }
+    if diff.is_nan() || diff > MAX_DIFF {
+        bail!(
+            "{}: the Rust evaluator differs from LightGBM by {diff:e} on the {chk_name} rows (limit {MAX_DIFF:e})",
+            s.key(h)
+        );
+    }
+    let score =
+        |x: &[f64]| -> Vec<f64> { x.chunks(names.len()).map(|r| ours.predict(r)).collect() };
+    let sva = score(&xva);
+    let ste = score(&spec::matrix(t, names, &te)?);
+    let mut baseline_thresholds = BTreeMap::new();
+    match s.task {
+        Task::Classifier => {
+            let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
+            let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
+            let (thr, f1_va) = metrics::best_f1_threshold(&sva, &lva).unwrap_or((0.5, 0.0));
+            entry.threshold = Some(thr);
+            let c = metrics::Confusion::at(&ste, &lte, thr);
+            entry.metrics = json!({
+                "trees": ours.num_trees(),
+                "operating_point": "the threshold of best F1 on validation",
+                "f1_validation": f1_va,
+                "rows": {"train": tr.len(), "validation": va.len(), "test": te.len()},
+                "positives": {"train": pos(&ytr), "validation": pos(&yva), "test": pos(&yte)},
+                "pr_auc_test": metrics::average_precision(&ste, &lte),
+                "roc_auc_test": metrics::roc_auc(&ste, &lte),
+                "f1_test": c.f1(),
+                "precision_test": c.precision(),
+                "recall_test": c.recall(),
+            });
+            // The baselines get their thresholds the same way, on the same rows.
+            for (name, scores) in eval::baseline_scores(t, s, horizon_s, &va)? {
+                if let Some((bt, _)) = metrics::best_f1_threshold(&scores, &lva) {
+                    // A baseline that never has a finite score gets no threshold (eval
+                    // then reports it unthresholded).
+                    if bt.is_finite() {
+                        baseline_thresholds.insert(name.to_owned(), bt);
+                    }
+                }
+            }
+        }
+        Task::Regressor => {
+            // MAE in the target's own unit, against persistence (the value now).
+            let (mut m, mut p, mut n) = (0.0, 0.0, 0usize);
+            for (&r, f) in te.iter().zip(&ste) {
+                let (_, base) = spec::regression_target(t, &entry, label, r).unwrap_or_default();
+                m += (entry.forecast(*f, base) - label[r]).abs();
+                p += (base - label[r]).abs();
+                n += 1;
+            }
+            entry.metrics = json!({
+                "trees": ours.num_trees(),
+                "rows": {"train": tr.len(), "validation": va.len(), "test": te.len()},
+                "mae_test": (n > 0).then(|| m / n as f64),
+                "mae_persistence_test": (n > 0).then(|| p / n as f64),
+            });
+        }
+    }
+    Ok(Fitted::Model {
+        entry: Box::new(entry),
+        text,
+        diff,
+        baseline_thresholds,
+    })
+}
+
+/// Writes the models and then the manifest (a reader that sees the manifest sees the
+/// models it names).
+fn write_dir(dir: &Path, m: &Manifest, texts: &[String]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (e, text) in m.models.iter().zip(texts) {
+        let p = dir.join(&e.file);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    }
+    let p = dir.join(MANIFEST);
+    std::fs::write(&p, serde_json::to_string_pretty(m)? + "\n")
+        .with_context(|| format!("writing {}", p.display()))
+}

@@ -1,0 +1,58 @@
+//! `probe train`: LightGBM models from `probe features` tables, one per (entity kind,
+//! target, horizon), into a model directory `probe run --model` loads (docs/model.md).
+//!
+//! Splits are by recording in time order (never shuffled across time): the earliest
+//! recordings train, the next validate (early stopping, thresholds, baseline thresholds),
+//! the last test (the figures in the manifest, and the check that the Rust evaluator
+//! scores exactly as LightGBM). A single recording is split by time instead.
+#[cfg(feature = "train")]
+mod fit;
+pub mod spec;
+pub mod split;
+
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// Tables written by `probe features`.
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    pub data: Vec<PathBuf>,
+
+    /// The model directory to write.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Name of the model (`probe_model_info{model}`).
+    #[arg(long, default_value = "probe-spike")]
+    pub name: String,
+
+    /// What the data is, in one line (`probe_model_info{trained_on}`); default: the files.
+    #[arg(long, value_name = "TEXT")]
+    pub trained_on: Option<String>,
+
+    /// Boosting rounds at most (early stopping on validation usually ends sooner).
+    #[arg(long, default_value_t = 200)]
+    pub rounds: u32,
+
+    /// Leaves per tree.
+    #[arg(long, default_value_t = 15)]
+    pub leaves: u32,
+
+    /// Share of the recordings (or of the time of a single one) for validation and for test.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.15)]
+    pub holdout: f64,
+
+    /// Overwrite DIR's model files if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[cfg(feature = "train")]
+pub fn main(args: TrainArgs) -> anyhow::Result<()> {
+    fit::main(args)
+}
+
+#[cfg(not(feature = "train"))]
+pub fn main(_: TrainArgs) -> anyhow::Result<()> {
+    anyhow::bail!("this probe was built without the `train` feature (LightGBM): rebuild with default features to train")
+}

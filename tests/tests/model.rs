@@ -1,0 +1,304 @@
+//! The spike model end to end, on a recording this test makes: iperf3 between two
+//! namespaces while a tbf bottleneck is put on and taken off the sender's interface four
+//! times (each time the RTT jumps from well under a millisecond to tens of milliseconds:
+//! an RTT spike by the labels' definition). Then `probe features` -> `probe train` ->
+//! `probe eval` -> a daemon with `--model` serving `probe_spike_probability` on /metrics;
+//! SIGHUP with a damaged model keeps the old one serving, SIGHUP with a good one swaps it;
+//! and `probe run --model` with a bad directory is one clear line before anything starts.
+use probe_tests::{
+    cmd,
+    iperf::{self, ClientOpts},
+    probe::{self, assert_cli_error, run_to_exit},
+    process::Child,
+    Pair, Probe, ProbeOpts,
+};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+const RECORD_S: u64 = 75;
+/// Seconds after the start at which the bottleneck goes on, for 5 s each.
+const SPIKES_AT: [u64; 4] = [18, 33, 48, 60];
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("probe-model-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn probe_cli(args: &[&str]) -> Command {
+    let mut c = Command::new(probe::probe_bin_checked());
+    c.args(args);
+    c
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let o = run_to_exit(probe_cli(args), Duration::from_secs(300)).unwrap();
+    assert!(
+        o.status.success(),
+        "probe {} failed:\n{}",
+        args.join(" "),
+        o.stderr
+    );
+    o.stderr
+}
+
+fn tbf(pair: &Pair, on: bool) {
+    let iface = pair.veth_a.as_str();
+    let argv: Vec<&str> = if on {
+        vec![
+            "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "30mbit", "burst",
+            "32kb", "latency", "100ms",
+        ]
+    } else {
+        vec!["tc", "qdisc", "del", "dev", iface, "root"]
+    };
+    pair.a.run(&argv).unwrap();
+}
+
+/// Records RECORD_S seconds of iperf3 with the bottleneck episodes; returns the file.
+fn record(pair: &Pair, d: &Path) -> PathBuf {
+    let rec = d.join("rec.parquet");
+    let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
+    let probe = Probe::start(&pair.a, ProbeOpts::iface(&pair.veth_a).tick("500ms"));
+    let args: Vec<String> = [
+        "record",
+        "--url",
+        &format!("http://{}", probe.addr()),
+        "--out",
+        rec.to_str().unwrap(),
+        "--duration",
+        &RECORD_S.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut recorder =
+        Child::spawn("probe record", &mut probe::probe_command(&pair.a, &args)).unwrap();
+    let _client = iperf::Client::start(
+        &pair.a,
+        pair.ip_b.into(),
+        iperf::PORT,
+        &ClientOpts::tcp(RECORD_S as u32 + 5).congestion("cubic"),
+    )
+    .unwrap();
+    let start = Instant::now();
+    for at in SPIKES_AT {
+        std::thread::sleep(Duration::from_secs(at).saturating_sub(start.elapsed()));
+        tbf(pair, true);
+        std::thread::sleep(Duration::from_secs(5));
+        tbf(pair, false);
+    }
+    let status = recorder.wait_timeout(Duration::from_secs(RECORD_S + 20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "probe record failed: {}",
+        recorder.stderr()
+    );
+    rec
+}
+
+#[test]
+fn train_eval_serve_reload() {
+    cmd::require_root_and(&["ip", "nsenter", "tc", "iperf3"]);
+    let pair = Pair::new(87).unwrap();
+    let d = dir();
+    let rec = record(&pair, &d);
+    let table = d.join("features.parquet");
+    let model = d.join("model");
+    let report = d.join("report");
+    let (rec_s, table_s, model_s, report_s) = (
+        rec.to_str().unwrap(),
+        table.to_str().unwrap(),
+        model.to_str().unwrap(),
+        report.to_str().unwrap(),
+    );
+    run_ok(&[
+        "features",
+        "--horizons",
+        "5s",
+        "--data",
+        rec_s,
+        "--out",
+        table_s,
+    ]);
+    let log = run_ok(&[
+        "train",
+        "--name",
+        "e2e",
+        "--trained-on",
+        "the e2e test",
+        "--data",
+        table_s,
+        "--out",
+        model_s,
+    ]);
+    eprintln!("{log}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("manifest.json")).unwrap())
+            .unwrap();
+    let spike = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["target"] == "rtt_spike" && m["entity_kind"] == "peer")
+        .unwrap_or_else(|| panic!("no RTT spike model was trained: {manifest}"));
+    // The evaluator was checked against LightGBM on the test rows by `probe train`.
+    assert!(
+        manifest["data"]["max_abs_diff_rust_vs_lightgbm"]
+            .as_f64()
+            .unwrap()
+            < 1e-9
+    );
+    let threshold = spike["threshold"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&threshold));
+
+    run_ok(&[
+        "eval", "--data", table_s, "--model", model_s, "--out", report_s,
+    ]);
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    for needle in [
+        "peer/rtt_spike_5s",
+        "persistence",
+        "ewma",
+        "zscore",
+        "predict_linear",
+    ] {
+        assert!(md.contains(needle), "the report lacks {needle}:\n{md}");
+    }
+    let svg = std::fs::read_to_string(report.join("pr-peer-rtt_spike-5s.svg")).unwrap();
+    assert!(svg.starts_with("<svg") || svg.contains("<svg"));
+
+    // A daemon with the model: probabilities and forecasts for the peer on /metrics.
+    let serving = d.join("serving");
+    copy_dir(&model, &serving);
+    let mut opts = ProbeOpts::iface(&pair.veth_a).tick("500ms");
+    opts.extra = vec!["--model".into(), serving.to_str().unwrap().into()];
+    let mut daemon = Probe::start(&pair.a, opts);
+    let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT + 1).unwrap();
+    let _client = iperf::Client::start(
+        &pair.a,
+        pair.ip_b.into(),
+        iperf::PORT + 1,
+        &ClientOpts::tcp(20).congestion("cubic"),
+    )
+    .unwrap();
+    let peer = pair.ip_b.to_string();
+    let sel = [
+        ("peer", peer.as_str()),
+        ("target", "rtt_spike"),
+        ("horizon", "5s"),
+    ];
+    let p = wait_for(&daemon, "probe_spike_probability", &sel);
+    assert!((0.0..=1.0).contains(&p), "probability {p}");
+    let m = daemon.metrics();
+    assert_eq!(
+        m.get(
+            "probe_model_info",
+            &[("model", "e2e"), ("trained_on", "the e2e test")]
+        )
+        .unwrap(),
+        Some(1.0)
+    );
+    let rtt = m
+        .get(
+            "probe_rtt_forecast_seconds",
+            &[("peer", peer.as_str()), ("horizon", "5s")],
+        )
+        .unwrap();
+    assert!(rtt.is_some_and(|r| r > 0.0), "rtt forecast {rtt:?}");
+
+    // SIGHUP with a truncated model file: refused, the old model keeps serving.
+    let file = serving.join(spike["file"].as_str().unwrap());
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, &text[..text.len() / 2]).unwrap();
+    hup(&daemon);
+    daemon.wait_ticks(3);
+    let log = probe::strip_ansi(&daemon.stderr());
+    assert!(
+        log.contains("model reload failed") && log.contains("keeps serving"),
+        "no reload error in the log:\n{}",
+        daemon.log_tail(20)
+    );
+    let m = daemon.metrics();
+    assert_eq!(
+        m.get("probe_model_info", &[("model", "e2e")]).unwrap(),
+        Some(1.0)
+    );
+    assert!(m.get("probe_spike_probability", &sel).unwrap().is_some());
+
+    // SIGHUP with a good model under another name: swapped.
+    std::fs::write(&file, &text).unwrap();
+    let mf = serving.join("manifest.json");
+    let renamed = std::fs::read_to_string(&mf)
+        .unwrap()
+        .replace("\"name\": \"e2e\"", "\"name\": \"e2e-reloaded\"");
+    std::fs::write(&mf, renamed).unwrap();
+    hup(&daemon);
+    daemon.wait_ticks(3);
+    let m = daemon.metrics();
+    assert_eq!(
+        m.get("probe_model_info", &[("model", "e2e-reloaded")])
+            .unwrap(),
+        Some(1.0),
+        "{}",
+        daemon.log_tail(20)
+    );
+    assert!(daemon.terminate(Duration::from_secs(10)).is_some());
+
+    // A bad model directory is one line, before the daemon starts.
+    let empty = d.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for (dir, needles) in [
+        (empty.clone(), vec!["model", "manifest.json"]),
+        (d.join("missing"), vec!["model", "not a directory"]),
+    ] {
+        let o = run_to_exit(
+            probe_cli(&[
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--model",
+                dir.to_str().unwrap(),
+            ]),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_cli_error(&o, &needles);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn hup(p: &Probe) {
+    // SAFETY: kill(2) on the daemon this test started.
+    let r = unsafe { libc::kill(p.pid() as i32, libc::SIGHUP) };
+    assert_eq!(r, 0, "kill -HUP failed");
+}
+
+fn wait_for(p: &Probe, name: &str, sel: &[(&str, &str)]) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(m) = p.try_metrics() {
+            if let Ok(Some(v)) = m.get(name, sel) {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {name}{sel:?} within 30 s:\n{}",
+            p.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}

@@ -1,0 +1,145 @@
+//! `cargo xtask model`: the built-in spike model, end to end and reproducibly: a lab corpus
+//! (resumable), features of its training and held-out runs, `probe train` into
+//! probe-user/model/, and `probe eval` of it on the held-out runs into docs/model/ (the
+//! figures docs/model.md quotes).
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::build;
+
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// The lab corpus (made or completed here; an existing one is reused).
+    #[arg(long, value_name = "DIR")]
+    pub corpus: Option<PathBuf>,
+    /// Training runs of the corpus (plus a third as many held-out runs).
+    #[arg(long, default_value_t = 18)]
+    pub runs: u32,
+    /// Seconds of traffic per run.
+    #[arg(long, default_value_t = 200)]
+    pub duration: u32,
+    /// Label horizons of the model. 200 s runs cannot label a 120 s horizon usefully (an
+    /// onset comes within 120 s of almost every tick): longer runs can.
+    #[arg(long, default_value = "5s,15s,30s")]
+    pub horizons: String,
+    /// Use the corpus as it is: record nothing more.
+    #[arg(long)]
+    pub no_lab: bool,
+}
+
+fn probe(bin: &Path, args: &[&str]) -> Result<()> {
+    let mut c = Command::new(bin);
+    c.args(args);
+    println!("model: {}", build::display(&c));
+    build::run(&mut c)
+}
+
+/// The recordings (and ground truths) of one split of the corpus.
+fn split(corpus: &Path, part: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let mut recs = Vec::new();
+    let mut truth = Vec::new();
+    let dir = corpus.join(part);
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("recording.parquet").is_file())
+        .collect();
+    runs.sort();
+    for r in runs {
+        recs.push(r.join("recording.parquet").display().to_string());
+        let gt = r.join("ground_truth.jsonl");
+        if gt.is_file() {
+            truth.push(gt.display().to_string());
+        }
+    }
+    if recs.is_empty() {
+        bail!("{} holds no recorded run", dir.display());
+    }
+    Ok((recs, truth))
+}
+
+pub fn run(args: ModelArgs) -> Result<()> {
+    crate::setup::run()?;
+    let root = build::root();
+    let corpus = args
+        .corpus
+        .unwrap_or_else(|| build::target_dir().join("model-corpus"));
+    let bin = build::release_probe()?;
+    if !args.no_lab {
+        let xtask = std::env::current_exe().context("locating xtask")?;
+        let mut c = Command::new(xtask);
+        c.args(["lab", "--corpus"])
+            .arg(&corpus)
+            .args(["--corpus-runs", &args.runs.to_string()])
+            .args(["--duration", &args.duration.to_string()])
+            .arg("--probe")
+            .arg(&bin);
+        println!("model: {}", build::display(&c));
+        build::run(&mut c)?;
+    }
+    let work = build::target_dir().join("model-work");
+    std::fs::create_dir_all(&work)?;
+    let (train, _) = split(&corpus, "train")?;
+    let (held, truth) = split(&corpus, "heldout")?;
+    let train_table = work.join("train.parquet").display().to_string();
+    let held_table = work.join("heldout.parquet").display().to_string();
+    for (recs, out) in [(&train, &train_table), (&held, &held_table)] {
+        let mut a = vec![
+            "features",
+            "--force",
+            "--horizons",
+            args.horizons.as_str(),
+            "--out",
+            out.as_str(),
+            "--data",
+        ];
+        a.extend(recs.iter().map(String::as_str));
+        probe(&bin, &a)?;
+    }
+    let model_dir = root.join("probe-user").join("model");
+    let trained_on = format!(
+        "lab corpus: {} training runs of {} s (3 patterns, 3 periods, 6 episode kinds)",
+        train.len(),
+        args.duration
+    );
+    probe(
+        &bin,
+        &[
+            "train",
+            "--force",
+            "--name",
+            "probe-default",
+            "--trained-on",
+            &trained_on,
+            "--data",
+            &train_table,
+            "--out",
+            &model_dir.display().to_string(),
+        ],
+    )?;
+    let report = root.join("docs").join("model");
+    let mut a = vec![
+        "eval".to_owned(),
+        "--model".into(),
+        model_dir.display().to_string(),
+        "--out".into(),
+        report.display().to_string(),
+        "--data".into(),
+        held_table.clone(),
+    ];
+    if !truth.is_empty() {
+        a.push("--ground-truth".into());
+        a.extend(truth);
+    }
+    probe(&bin, &a.iter().map(String::as_str).collect::<Vec<_>>())?;
+    println!(
+        "model: {} and {} written; rebuild probe to embed the new default model",
+        model_dir.display(),
+        report.join("report.md").display()
+    );
+    Ok(())
+}
