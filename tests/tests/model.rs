@@ -203,13 +203,13 @@ fn train_eval_serve_reload() {
         .unwrap(),
         Some(1.0)
     );
-    let rtt = m
-        .get(
-            "probe_rtt_forecast_seconds",
-            &[("peer", peer.as_str()), ("horizon", "5s")],
-        )
-        .unwrap();
-    assert!(rtt.is_some_and(|r| r > 0.0), "rtt forecast {rtt:?}");
+    // A forecast needs this tick's RTT p99 (a tick with RTT samples).
+    let rtt = wait_for(
+        &daemon,
+        "probe_rtt_forecast_seconds",
+        &[("peer", peer.as_str()), ("horizon", "5s")],
+    );
+    assert!(rtt > 0.0 && rtt < 1.0, "rtt forecast {rtt}");
 
     // SIGHUP with a truncated model file: refused, the old model keeps serving.
     let file = serving.join(spike["file"].as_str().unwrap());
