@@ -250,6 +250,28 @@ impl Probe {
     }
 }
 
+/// `probe record` in `ns` against `daemon`, into `out`, for `seconds`.
+pub fn start_recorder(
+    ns: &Netns,
+    daemon: &Probe,
+    out: &std::path::Path,
+    seconds: u64,
+) -> Result<Child> {
+    let args: Vec<String> = [
+        "record",
+        "--url",
+        &format!("http://{}", daemon.addr()),
+        "--out",
+        &out.display().to_string(),
+        "--duration",
+        &seconds.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Child::spawn("probe record", &mut probe_command(ns, &args))
+}
+
 /// Runs probe with `args` in `ns` to completion (bounded); for error-path tests.
 pub fn run_to_exit(mut cmd: Command, timeout: Duration) -> Result<crate::cmd::Output> {
     let out = crate::cmd::output_within(&mut cmd, timeout);

@@ -5,7 +5,7 @@
 //! at the same tick for the same entity (the one-code-path contract). It also checks the
 //! iteration period the daemon found against the sender's own schedule (250 ms), and that
 //! the feature file carries the label columns.
-use probe_tests::{cmd, netns, parquet, probe, process::Child, traffic, Pair, Probe, ProbeOpts};
+use probe_tests::{cmd, netns, parquet, probe, traffic, Pair, Probe, ProbeOpts};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -62,23 +62,7 @@ fn live_features_equal_the_replay_of_the_recording() {
     let sink = traffic::TcpSink::start(&pair.b, addr, Duration::from_secs(60)).unwrap();
     let probe = Probe::start(&pair.a, ProbeOpts::iface(&iface));
     // Record from the daemon's first observations, as the replay must start from them.
-    let rec_args: Vec<String> = [
-        "record",
-        "--url",
-        &format!("http://{}", probe.addr()),
-        "--out",
-        rec.to_str().unwrap(),
-        "--duration",
-        &RECORD_S.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut recorder = Child::spawn(
-        "probe record",
-        &mut probe::probe_command(&pair.a, &rec_args),
-    )
-    .unwrap();
+    let mut recorder = probe::start_recorder(&pair.a, &probe, &rec, RECORD_S).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let live = Arc::new(Mutex::new(Live::new()));
     let poller = {

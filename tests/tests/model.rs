@@ -9,7 +9,6 @@ use probe_tests::{
     cmd,
     iperf::{self, ClientOpts},
     probe::{self, assert_cli_error, run_to_exit},
-    process::Child,
     Pair, Probe, ProbeOpts,
 };
 use std::{
@@ -64,20 +63,7 @@ fn record(pair: &Pair, d: &Path) -> PathBuf {
     let rec = d.join("rec.parquet");
     let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
     let probe = Probe::start(&pair.a, ProbeOpts::iface(&pair.veth_a).tick("500ms"));
-    let args: Vec<String> = [
-        "record",
-        "--url",
-        &format!("http://{}", probe.addr()),
-        "--out",
-        rec.to_str().unwrap(),
-        "--duration",
-        &RECORD_S.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut recorder =
-        Child::spawn("probe record", &mut probe::probe_command(&pair.a, &args)).unwrap();
+    let mut recorder = probe::start_recorder(&pair.a, &probe, &rec, RECORD_S).unwrap();
     let _client = iperf::Client::start(
         &pair.a,
         pair.ip_b.into(),

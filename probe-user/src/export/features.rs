@@ -32,14 +32,18 @@ pub const FEATURE_GAUGES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-    let members: HashSet<&str> = s
-        .peers
+/// Peers with their own series after the top-K fold.
+pub fn members(s: &Snapshot) -> HashSet<&str> {
+    s.peers
         .iter()
         .map(|p| p.peer.as_str())
         .chain(s.flows.iter().map(|f| f.peer.as_str()))
         .filter(|p| *p != OTHER)
-        .collect();
+        .collect()
+}
+
+pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    let members = members(s);
     let peers: Vec<_> = s
         .features
         .iter()

@@ -7,7 +7,6 @@ use prometheus_client::encoding::DescriptorEncoder;
 
 use super::metrics::{gauge, l};
 use crate::{
-    fold::OTHER,
     model::score::Forecast,
     observe::{INTERFACE, PEER},
     snapshot::Snapshot,
@@ -49,13 +48,7 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         "Entities the spike model scored at the last tick (its cost is probe_tick_stage_seconds_total{stage=\"model\"})",
         s.model.iter().map(|_| (vec![], s.model_entities as f64)),
     )?;
-    let members: HashSet<&str> = s
-        .peers
-        .iter()
-        .map(|p| p.peer.as_str())
-        .chain(s.flows.iter().map(|f| f.peer.as_str()))
-        .filter(|p| *p != OTHER)
-        .collect();
+    let members = super::features::members(s);
     let series = |pick: fn(&Forecast) -> Option<f64>, with_target: bool| {
         let members = &members;
         s.forecasts.iter().filter_map(move |f| {
