@@ -116,6 +116,7 @@ async fn serve(
             })
             .await
     });
+    log_model(&model);
     tracing::info!(
         "serving http://{}/metrics (tick {:?}, {} interface(s))",
         cfg.listen,
@@ -158,10 +159,14 @@ async fn serve(
     result
 }
 
-/// The model `--model` or the config names, else the built-in one.
+/// The model `--model` or the config names, else the built-in one. Quiet: a bad model
+/// is the one line of a failed start; a good one is logged once the daemon serves.
 fn load_model(cfg: &Config) -> Result<Option<Bound>> {
-    let m = model::load(cfg.model.as_deref(), &cfg.features)?;
-    match &m {
+    model::load(cfg.model.as_deref(), &cfg.features)
+}
+
+fn log_model(slot: &Slot) {
+    match slot.lock().ok().and_then(|g| g.clone()) {
         Some(b) => {
             let i = b.info();
             tracing::info!(
@@ -171,7 +176,6 @@ fn load_model(cfg: &Config) -> Result<Option<Bound>> {
         }
         None => tracing::warn!("this build has no built-in model and none was given (--model DIR): no spike probabilities or forecasts"),
     }
-    Ok(m)
 }
 
 /// SIGHUP: load the model again from where it came from; on any error the old one keeps
@@ -182,6 +186,7 @@ fn reload_model(cfg: &Config, slot: &Slot) {
             if let Ok(mut g) = slot.lock() {
                 *g = m.map(Arc::new);
             }
+            log_model(slot);
         }
         Err(e) => {
             let old = slot

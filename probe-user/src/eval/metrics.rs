@@ -205,6 +205,39 @@ pub fn best_f1_threshold(scores: &[f64], labels: &[bool]) -> Option<(f64, f64)> 
     best.map(|(s, den)| (s.threshold, 2.0 * s.tp as f64 / den as f64))
 }
 
+/// The operating point every alarm threshold (the model's and the baselines') is chosen
+/// at: the best F1 among thresholds that alarm on at most `max_alarm_ratio` times as many
+/// rows as are positive (else the highest threshold). Plain best F1 often lands on "always
+/// alarm" when events are common (a constant alarm has F1 2p/(1+p)), which says nothing
+/// about onsets.
+pub fn operating_threshold(
+    scores: &[f64],
+    labels: &[bool],
+    max_alarm_ratio: f64,
+) -> Option<(f64, f64)> {
+    let pos = labels.iter().filter(|l| **l).count() as f64;
+    let curve = pr_curve(scores, labels);
+    let f1 = |p: &PrPoint| {
+        if p.precision + p.recall > 0.0 {
+            2.0 * p.precision * p.recall / (p.precision + p.recall)
+        } else {
+            0.0
+        }
+    };
+    let first = curve.first().map(|p| (p.threshold, f1(p)));
+    let mut best: Option<(f64, f64)> = None;
+    for p in &curve {
+        let alarms = p.recall * pos / p.precision;
+        if !p.threshold.is_finite() || !(alarms <= max_alarm_ratio * pos) {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| f1(p) > b) {
+            best = Some((p.threshold, f1(p)));
+        }
+    }
+    best.or(first)
+}
+
 /// Maximal runs of consecutive alarmed ticks, as (first, last) indices, inclusive.
 pub fn alarm_episodes(alarm: &[bool]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
@@ -543,5 +576,20 @@ mod tests {
             lead_times(&[0.0, 1.0], &[true, false], &[true, false], 0.0),
             vec![Lead::After(0.0)]
         );
+    }
+
+    #[test]
+    fn the_operating_threshold_never_alarms_on_everything() {
+        // 6 positives in 10, barely separated: plain best F1 alarms on all ten rows (F1
+        // 12/16); capped at 1.5x the positives (9 alarms), the best is 0.2: 5 caught with 4
+        // false alarms (F1 10/15).
+        let s = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95];
+        let l = [true, true, false, true, true, false, true, false, true, false];
+        assert_eq!(best_f1_threshold(&s, &l).unwrap().0, 0.1);
+        let (t, f1) = operating_threshold(&s, &l, 1.5).unwrap();
+        assert_eq!(t, 0.2);
+        assert!((f1 - 10.0 / 15.0).abs() < 1e-12);
+        // With no threshold under the cap, the highest one.
+        assert_eq!(operating_threshold(&s, &l, 0.1).unwrap().0, 0.95);
     }
 }

@@ -43,6 +43,9 @@ pub struct EvalArgs {
 
 /// The baselines with a threshold learnt on validation, beside persistence.
 pub const BASELINES: [&str; 3] = ["ewma", "zscore", "predict_linear"];
+/// Thresholds are the best F1 among those alarming on at most this many rows per positive
+/// row (`metrics::operating_threshold`).
+pub const MAX_ALARM_RATIO: f64 = 2.0;
 /// Persistence: "the event is on now", thresholded at one half.
 pub const PERSISTENCE: &str = "persistence";
 
@@ -317,7 +320,7 @@ fn classifier(
             None => {
                 let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
                 let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
-                metrics::best_f1_threshold(&sc, &lb).map_or(f64::INFINITY, |x| x.0)
+                metrics::operating_threshold(&sc, &lb, MAX_ALARM_RATIO).map_or(f64::INFINITY, |x| x.0)
             }
         };
         let shown = if learnt.and_then(|m| m.get(name)).is_some() {

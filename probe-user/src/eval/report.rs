@@ -49,7 +49,8 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
          observations: persistence (the event is on now), an EWMA over 5 s against its \
          5-minute median, a 30 s z-score, and predict_linear over 30 s to the horizon against \
          the median. Thresholds: the model's and the baselines' were chosen on the training \
-         validation split (best F1); persistence alarms when the event is on. False alarms: \
+         validation split (best F1 among thresholds that alarm on at most twice as many rows as \
+         are positive); persistence alarms when the event is on. False alarms: \
          alarm episodes with no onset during them or within the horizon after. Lead: how long \
          the alarm had been up when an onset came; delay: from the onset to the first alarm \
          (within the horizon) for onsets not caught before.\n"

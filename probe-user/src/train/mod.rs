@@ -30,12 +30,13 @@ pub struct TrainArgs {
     #[arg(long, value_name = "TEXT")]
     pub trained_on: Option<String>,
 
-    /// Boosting rounds at most (early stopping on validation usually ends sooner).
-    #[arg(long, default_value_t = 200)]
+    /// Boosting rounds at most (early stopping on validation often ends sooner). With
+    /// --leaves, this bounds a model file to ~1 KB per round.
+    #[arg(long, default_value_t = 50)]
     pub rounds: u32,
 
     /// Leaves per tree.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 7)]
     pub leaves: u32,
 
     /// Share of the recordings (or of the time of a single one) for validation and for test.
