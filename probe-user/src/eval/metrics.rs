@@ -584,7 +584,9 @@ mod tests {
         // 12/16); capped at 1.5x the positives (9 alarms), the best is 0.2: 5 caught with 4
         // false alarms (F1 10/15).
         let s = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95];
-        let l = [true, true, false, true, true, false, true, false, true, false];
+        let l = [
+            true, true, false, true, true, false, true, false, true, false,
+        ];
         assert_eq!(best_f1_threshold(&s, &l).unwrap().0, 0.1);
         let (t, f1) = operating_threshold(&s, &l, 1.5).unwrap();
         assert_eq!(t, 0.2);

@@ -143,6 +143,7 @@ pub struct RegResult {
     pub rows: usize,
     pub mae_model: f64,
     pub mae_persistence: f64,
+    /// Weighted MAPE: sum |error| / sum |actual|, in percent.
     pub mape_model: f64,
     pub mape_persistence: f64,
 }
@@ -320,7 +321,8 @@ fn classifier(
             None => {
                 let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
                 let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
-                metrics::operating_threshold(&sc, &lb, MAX_ALARM_RATIO).map_or(f64::INFINITY, |x| x.0)
+                metrics::operating_threshold(&sc, &lb, MAX_ALARM_RATIO)
+                    .map_or(f64::INFINITY, |x| x.0)
             }
         };
         let shown = if learnt.and_then(|m| m.get(name)).is_some() {
@@ -488,24 +490,31 @@ fn regressor(
         .filter(|&r| spec::regression_target(t, e, label, r).is_some())
         .collect();
     let x = spec::matrix(t, names, &rows)?;
-    let (mut m, mut p, mut mp, mut pp) = (0.0, 0.0, 0.0, 0.0);
+    let (mut m, mut p, mut sum_y) = (0.0, 0.0, 0.0);
     for (&r, row) in rows.iter().zip(x.chunks(names.len())) {
         let base = spec::base_of(t, &e.base, r).unwrap_or_default();
         let f = e.forecast(b.predict(row), base);
         let y = label[r];
         m += (f - y).abs();
         p += (base - y).abs();
-        // Percentage errors against the same floor the model's ratio uses.
-        mp += (f - y).abs() / (y + e.eps);
-        pp += (base - y).abs() / (y + e.eps);
+        sum_y += y.abs();
     }
     let n = rows.len().max(1) as f64;
+    // Weighted MAPE (sum |error| / sum |actual|): a per-row MAPE explodes on the many
+    // near-zero rows (an idle peer's throughput) and says nothing about the busy ones.
+    let wape = |e: f64| {
+        if sum_y > 0.0 {
+            100.0 * e / sum_y
+        } else {
+            f64::NAN
+        }
+    };
     Ok(RegResult {
         key: s.key(&e.horizon),
         rows: rows.len(),
         mae_model: m / n,
         mae_persistence: p / n,
-        mape_model: 100.0 * mp / n,
-        mape_persistence: 100.0 * pp / n,
+        mape_model: wape(m),
+        mape_persistence: wape(p),
     })
 }

@@ -150,10 +150,15 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
         let _ = writeln!(s);
     }
     if !r.regressors.is_empty() {
-        let _ = writeln!(s, "## Forecasts against persistence\n");
         let _ = writeln!(
             s,
-            "| forecast | rows | MAE model | MAE persistence | MAPE model % | MAPE persistence % |"
+            "## Forecasts against persistence\n\nMAE in the target's unit (s, bytes/s); weighted \
+             MAPE is sum |error| / sum |actual| (a per-row MAPE explodes on idle rows). \
+             Persistence forecasts the value now.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| forecast | rows | MAE model | MAE persistence | weighted MAPE model % | weighted MAPE persistence % |"
         );
         let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
         for g in &r.regressors {

@@ -112,3 +112,29 @@ mod tests {
         assert!(e.contains("unknown feature") && !e.contains('\n'), "{e}");
     }
 }
+
+#[cfg(test)]
+mod builtin_tests {
+    use super::*;
+
+    /// The committed default model loads and binds to the daemon's default features: a
+    /// model regenerated with other windows or a damaged file fails here, not at start.
+    #[test]
+    fn the_builtin_model_loads_with_the_default_features() {
+        let b = load(None, &FeatureConfig::default())
+            .expect("the built-in model is valid")
+            .expect("this build embeds probe-user/model/");
+        let i = b.info();
+        assert_eq!(i.source, BUILTIN);
+        let m = &b.bundle.manifest;
+        for t in ["rtt_spike", "rtt_p99", "throughput"] {
+            assert!(
+                m.models.iter().any(|e| e.target == t),
+                "the built-in model has no {t} model"
+            );
+        }
+        // Small enough to commit and to embed.
+        let bytes: usize = builtin::FILES.iter().map(|(_, t)| t.len()).sum();
+        assert!(bytes < 600 << 10, "the built-in model is {bytes} bytes");
+    }
+}

@@ -322,7 +322,8 @@ fn fit_one(
         Task::Classifier => {
             let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
             let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
-            let (thr, f1_va) = metrics::operating_threshold(&sva, &lva, eval::MAX_ALARM_RATIO).unwrap_or((0.5, 0.0));
+            let (thr, f1_va) = metrics::operating_threshold(&sva, &lva, eval::MAX_ALARM_RATIO)
+                .unwrap_or((0.5, 0.0));
             entry.threshold = Some(thr);
             let c = metrics::Confusion::at(&ste, &lte, thr);
             entry.metrics = json!({
@@ -339,7 +340,9 @@ fn fit_one(
             });
             // The baselines get their thresholds the same way, on the same rows.
             for (name, scores) in eval::baseline_scores(t, s, horizon_s, &va)? {
-                if let Some((bt, _)) = metrics::operating_threshold(&scores, &lva, eval::MAX_ALARM_RATIO) {
+                if let Some((bt, _)) =
+                    metrics::operating_threshold(&scores, &lva, eval::MAX_ALARM_RATIO)
+                {
                     // A baseline that never has a finite score gets no threshold (eval
                     // then reports it unthresholded).
                     if bt.is_finite() {
