@@ -182,6 +182,8 @@ impl Confusion {
 /// The threshold (one of the scores; `-inf` stands for the NaN scores) that maximises F1,
 /// and that F1. Ties go to the higher threshold (fewer alarms for the same F1). None
 /// without positives. O(n log n).
+/// (Plain best F1; the thresholds probe uses are `operating_threshold`'s.)
+#[cfg(test)]
 pub fn best_f1_threshold(scores: &[f64], labels: &[bool]) -> Option<(f64, f64)> {
     let (steps, pos, _) = steps(scores, labels);
     if pos == 0 {
@@ -228,7 +230,7 @@ pub fn operating_threshold(
     let mut best: Option<(f64, f64)> = None;
     for p in &curve {
         let alarms = p.recall * pos / p.precision;
-        if !p.threshold.is_finite() || !(alarms <= max_alarm_ratio * pos) {
+        if !p.threshold.is_finite() || alarms.is_nan() || alarms > max_alarm_ratio * pos {
             continue;
         }
         if best.is_none_or(|(_, b)| f1(p) > b) {
