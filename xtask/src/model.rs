@@ -93,6 +93,10 @@ pub fn run(args: ModelArgs) -> Result<()> {
             "--force",
             "--horizons",
             args.horizons.as_str(),
+            // The lab's ranks only: not the loopback scrapes, nor other namespaces' traffic
+            // the host-wide sock_ops program also sees.
+            "--peers",
+            "10.232.",
             "--out",
             out.as_str(),
             "--data",

@@ -52,6 +52,12 @@ pub struct FeaturesArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "1ms")]
     pub rtt_floor: Duration,
 
+    /// Keep only the peers whose address starts with one of these prefixes (e.g. the lab's
+    /// `10.232.`); other entity kinds are all kept. Features are computed over every peer
+    /// first, as the daemon did, so cross-peer features stay the same.
+    #[arg(long, value_name = "PREFIX", value_delimiter = ',')]
+    pub peers: Vec<String>,
+
     /// Overwrite FILE if it exists.
     #[arg(long)]
     pub force: bool,
@@ -176,6 +182,7 @@ fn featurize(
     fcfg: &FeatureConfig,
     lcfg: &LabelConfig,
     numeric: &[String],
+    peers: &[String],
 ) -> Result<Vec<Row>> {
     let obs: Vec<Observation> = reader::read(path)?;
     if obs.is_empty() {
@@ -231,6 +238,12 @@ fn featurize(
     let name = recording_name(path);
     let mut out = Vec::with_capacity(feats.len());
     for f in feats {
+        if f.entity_kind == crate::observe::PEER
+            && !peers.is_empty()
+            && !peers.iter().any(|p| f.entity.starts_with(p.as_str()))
+        {
+            continue;
+        }
         let mut values = vec![f64::NAN; numeric.len()];
         for (n, v) in f.schema.names.iter().zip(&f.values) {
             values[index[n.as_str()]] = *v;
@@ -285,7 +298,7 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
     let mut w = RecordingWriter::create(&args.out, table(&numeric), &meta)?;
     let mut total = 0;
     for path in &args.data {
-        let rows = featurize(path, &fcfg, &lcfg, &numeric)
+        let rows = featurize(path, &fcfg, &lcfg, &numeric, &args.peers)
             .with_context(|| format!("featurizing {}", path.display()))?;
         total += rows.len();
         eprintln!("features: {} -> {} rows", path.display(), rows.len());
