@@ -31,9 +31,11 @@ pub struct ModelArgs {
     pub no_lab: bool,
 }
 
-fn probe(bin: &Path, args: &[&str]) -> Result<()> {
+/// Runs `probe ARGS` in `cwd` (the work directory: the manifest and the report then name
+/// the tables without this machine's paths).
+fn probe(bin: &Path, cwd: &Path, args: &[&str]) -> Result<()> {
     let mut c = Command::new(bin);
-    c.args(args);
+    c.args(args).current_dir(cwd);
     println!("model: {}", build::display(&c));
     build::run(&mut c)
 }
@@ -81,12 +83,15 @@ pub fn run(args: ModelArgs) -> Result<()> {
         println!("model: {}", build::display(&c));
         build::run(&mut c)?;
     }
+    // Absolute: the probe commands run in the work directory.
+    let corpus = std::fs::canonicalize(&corpus)
+        .with_context(|| format!("no corpus at {}", corpus.display()))?;
     let work = build::target_dir().join("model-work");
     std::fs::create_dir_all(&work)?;
     let (train, _) = split(&corpus, "train")?;
     let (held, truth) = split(&corpus, "heldout")?;
-    let train_table = work.join("train.parquet").display().to_string();
-    let held_table = work.join("heldout.parquet").display().to_string();
+    let train_table = "train.parquet".to_owned();
+    let held_table = "heldout.parquet".to_owned();
     for (recs, out) in [(&train, &train_table), (&held, &held_table)] {
         let mut a = vec![
             "features",
@@ -102,7 +107,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
             "--data",
         ];
         a.extend(recs.iter().map(String::as_str));
-        probe(&bin, &a)?;
+        probe(&bin, &work, &a)?;
     }
     let model_dir = root.join("probe-user").join("model");
     let trained_on = format!(
@@ -112,6 +117,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
     );
     probe(
         &bin,
+        &work,
         &[
             "train",
             "--force",
@@ -139,7 +145,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
         a.push("--ground-truth".into());
         a.extend(truth);
     }
-    probe(&bin, &a.iter().map(String::as_str).collect::<Vec<_>>())?;
+    probe(&bin, &work, &a.iter().map(String::as_str).collect::<Vec<_>>())?;
     println!(
         "model: {} and {} written; rebuild probe to embed the new default model",
         model_dir.display(),
