@@ -276,9 +276,9 @@ fn signal_docs(kind: &'static str, s: &Signal, cfg: &FeatureConfig, out: &mut Ve
         kind,
         name: format!("{}_rel", s.name),
         unit: "1".into(),
-        window: format!("{shortest}/{longest}"),
+        window: format!("{shortest}/300s"),
         definition: format!(
-            "EWMA of {} over the shortest window divided by its mean over the longest (absent if that mean is not above 0)",
+            "EWMA of {} over the shortest window divided by its baseline: an EWMA with a 300 s time constant of the values clipped to 0.5x..2x the baseline, which a spike barely moves (absent if the baseline is not above 0)",
             s.name
         ),
         why: "scale-free \"how far above its usual level\": the same for links of any speed or RTT, the form the spike labels take".into(),

@@ -58,20 +58,29 @@ impl Ring {
     }
 }
 
-/// EWMA of every signal for every window (time constant = the window).
+/// EWMA of every signal for every window (time constant = the window), and a slow,
+/// spike-resistant baseline per signal.
 pub struct Ewma {
     windows: Box<[f64]>,
     /// Value per (signal, window); NaN until the signal's first value.
     vals: Box<[f64]>,
+    /// Per signal: an EWMA with time constant [`BASELINE_S`] of the values clipped to
+    /// [1/2, 2] x itself, so a spike barely moves it (the labels compare with a 5-minute
+    /// median for the same reason).
+    base: Box<[f64]>,
     /// Time of each signal's last value.
     times: Box<[f64]>,
 }
+
+/// Time constant of the baseline EWMA (s).
+pub const BASELINE_S: f64 = 300.0;
 
 impl Ewma {
     pub fn new(nsig: usize, windows: &[f64]) -> Self {
         Self {
             windows: windows.into(),
             vals: vec![f64::NAN; nsig * windows.len()].into_boxed_slice(),
+            base: vec![f64::NAN; nsig].into_boxed_slice(),
             times: vec![f64::NAN; nsig].into_boxed_slice(),
         }
     }
@@ -94,6 +103,20 @@ impl Ewma {
                     *e += alpha * (v - *e);
                 }
             }
+            let b = &mut self.base[s];
+            if b.is_nan() || prev_t.is_nan() {
+                *b = v;
+            } else {
+                let alpha = 1.0 - (-(t - prev_t).max(0.0) / BASELINE_S).exp();
+                let (lo, hi) = if *b >= 0.0 {
+                    (*b * 0.5, *b * 2.0)
+                } else {
+                    (*b * 2.0, *b * 0.5)
+                };
+                // A baseline of 0 (an idle signal) must still be able to move.
+                let x = if *b == 0.0 { v } else { v.clamp(lo, hi) };
+                *b += alpha * (x - *b);
+            }
             self.times[s] = t;
         }
     }
@@ -102,8 +125,13 @@ impl Ewma {
         self.vals[s * self.windows.len() + w]
     }
 
+    fn baseline(&self, s: usize) -> f64 {
+        self.base[s]
+    }
+
     pub fn bytes(&self) -> usize {
-        (self.windows.len() + self.vals.len() + self.times.len()) * std::mem::size_of::<f64>()
+        (self.windows.len() + self.vals.len() + self.base.len() + self.times.len())
+            * std::mem::size_of::<f64>()
     }
 }
 
@@ -243,11 +271,12 @@ pub fn signal_features(
             0.0
         };
     }
-    // rel: the shortest window's EWMA over the longest window's mean. Scale-free, so a
-    // model learns "twice its usual" once for links of any speed or RTT.
+    // rel: the shortest window's EWMA over the slow baseline. Scale-free, so a model
+    // learns "twice its usual" once for links of any speed or RTT.
     let ewma_short = out[HEAD + nstat - 1];
-    if mean > 0.0 && !ewma_short.is_nan() {
-        out[2] = ewma_short / mean;
+    let base = ewma.baseline(s);
+    if base > 0.0 && !ewma_short.is_nan() {
+        out[2] = ewma_short / base;
     }
 }
 
@@ -325,5 +354,26 @@ mod tests {
         let expect = 1.0 - (-1.0f64 / 5.0).exp().powi(5);
         assert!((e5 - expect).abs() < 1e-12, "{e5} vs {expect}");
         assert!(stat(&out, 2, 5) < 0.05);
+    }
+
+    #[test]
+    fn the_baseline_shrugs_off_a_spike_and_rel_shows_it() {
+        // 200 ticks at 2, then 5 ticks at 10: the short EWMA jumps, the baseline stays
+        // near 2 (clipped inputs, 300 s time constant), so rel is far above 1.
+        let mut ring = Ring::new(200, 1);
+        let mut ewma = Ewma::new(1, &WINDOWS);
+        for i in 1..=205 {
+            let v = if i > 200 { 10.0 } else { 2.0 };
+            ring.push(i as f64, &[v]);
+            ewma.update(i as f64, &[v]);
+        }
+        assert!(
+            (ewma.baseline(0) - 2.0).abs() < 0.05,
+            "{}",
+            ewma.baseline(0)
+        );
+        let mut out = vec![0.0; HEAD + 6 * 3];
+        signal_features(&ring, &ewma, 0, 205.0, &WINDOWS, &mut out);
+        assert!(out[2] > 3.0, "rel {}", out[2]);
     }
 }

@@ -60,7 +60,18 @@ pub fn main(args: TrainArgs) -> Result<()> {
     let mut worst_diff = 0.0f64;
     for (s, h) in jobs {
         bar.set_message(s.key(h));
-        let names = Schema::new(s.entity_kind, &fcfg).names;
+        let names: Vec<String> = Schema::new(s.entity_kind, &fcfg)
+            .names
+            .into_iter()
+            .filter(|n| {
+                // One feature list per kind: the regressors' base features stay in it.
+                args.only.is_empty()
+                    || args.only.iter().any(|p| n.contains(p.as_str()))
+                    || SPECS
+                        .iter()
+                        .any(|x| x.entity_kind == s.entity_kind && x.base.contains(&n.as_str()))
+            })
+            .collect();
         match fit_one(&args, &table, &parts, s, h, &names)? {
             Fitted::Skipped(why) => {
                 say(&bar, format!("train: {} skipped: {why}", s.key(h)));

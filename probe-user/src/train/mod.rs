@@ -43,6 +43,11 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FRACTION", default_value_t = 0.15)]
     pub holdout: f64,
 
+    /// Train on the features whose names contain one of these (comma-separated), e.g.
+    /// `_rel,_z` for scale-free inputs only; default: every feature of the entity's kind.
+    #[arg(long, value_name = "PARTS", value_delimiter = ',')]
+    pub only: Vec<String>,
+
     /// Overwrite DIR's model files if it exists.
     #[arg(long)]
     pub force: bool,
