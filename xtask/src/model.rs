@@ -145,7 +145,11 @@ pub fn run(args: ModelArgs) -> Result<()> {
         a.push("--ground-truth".into());
         a.extend(truth);
     }
-    probe(&bin, &work, &a.iter().map(String::as_str).collect::<Vec<_>>())?;
+    probe(
+        &bin,
+        &work,
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
     println!(
         "model: {} and {} written; rebuild probe to embed the new default model",
         model_dir.display(),
