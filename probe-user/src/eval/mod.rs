@@ -453,7 +453,9 @@ fn events(
             let mut before: Vec<f64> = v
                 .iter()
                 .filter_map(|l| match l {
-                    metrics::Lead::Before(s) => Some(*s),
+                    // An alarm up for longer than the horizon before the onset was a
+                    // false alarm for all but the last H seconds of it: the lead is H.
+                    metrics::Lead::Before(s) => Some(s.min(horizon_s)),
                     _ => None,
                 })
                 .collect();

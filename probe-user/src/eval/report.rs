@@ -52,7 +52,7 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
          validation split (best F1 among thresholds that alarm on at most twice as many rows as \
          are positive); persistence alarms when the event is on. False alarms: \
          alarm episodes with no onset during them or within the horizon after. Lead: how long \
-         the alarm had been up when an onset came; delay: from the onset to the first alarm \
+         the alarm had been up when an onset came, at most the horizon; delay: from the onset to the first alarm \
          (within the horizon) for onsets not caught before.\n"
     );
     for c in &r.classifiers {
