@@ -308,19 +308,19 @@ fn classifier(
     // A baseline without a validation threshold is marked: its threshold is the best on
     // this very data, which flatters it.
     let learnt = bundle.manifest.baselines.get(&key);
+    let known: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&r| label[r].is_finite())
+        .collect();
+    let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
     for (name, col) in baseline_columns(t, s, e.horizon_s)? {
-        let known: Vec<usize> = all
-            .iter()
-            .copied()
-            .filter(|&r| label[r].is_finite())
-            .collect();
         let thr = match learnt.and_then(|m| m.get(name)) {
             Some(t) => *t,
             // No validation threshold in the manifest: the best on this data, which
             // flatters the baseline (said in the report).
             None => {
                 let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
-                let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
                 metrics::operating_threshold(&sc, &lb, MAX_ALARM_RATIO)
                     .map_or(f64::INFINITY, |x| x.0)
             }
@@ -332,12 +332,6 @@ fn classifier(
         };
         cols.push((shown, col, thr));
     }
-    let known: Vec<usize> = all
-        .iter()
-        .copied()
-        .filter(|&r| label[r].is_finite())
-        .collect();
-    let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
     let hours: f64 = series
         .iter()
         .map(|rows| {
@@ -450,22 +444,16 @@ fn events(
     let onsets = leads
         .into_iter()
         .map(|(k, v)| {
-            let mut before: Vec<f64> = v
-                .iter()
-                .filter_map(|l| match l {
+            let (mut before, mut after) = (Vec::new(), Vec::new());
+            for l in &v {
+                match l {
                     // An alarm up for longer than the horizon before the onset was a
                     // false alarm for all but the last H seconds of it: the lead is H.
-                    metrics::Lead::Before(s) => Some(s.min(horizon_s)),
-                    _ => None,
-                })
-                .collect();
-            let mut after: Vec<f64> = v
-                .iter()
-                .filter_map(|l| match l {
-                    metrics::Lead::After(s) => Some(*s),
-                    _ => None,
-                })
-                .collect();
+                    metrics::Lead::Before(s) => before.push(s.min(horizon_s)),
+                    metrics::Lead::After(s) => after.push(*s),
+                    metrics::Lead::Missed => {}
+                }
+            }
             let o = Onsets {
                 count: v.len(),
                 caught_before: before.len() as f64 / v.len().max(1) as f64,
