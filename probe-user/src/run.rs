@@ -22,10 +22,7 @@ use crate::{
         metrics::registry,
     },
     host::{iface, privilege},
-    model::{
-        self,
-        score::{Bound, Slot},
-    },
+    model::{self, score::Slot},
     pipeline::Pipeline,
     snapshot::{Snapshot, StageTime},
 };
@@ -35,7 +32,7 @@ type RdmaReceiver = tokio::sync::watch::Receiver<Arc<RdmaSnapshot>>;
 pub fn main(args: RunArgs) -> Result<()> {
     let cfg = Config::resolve(&args)?;
     // A bad model is a configuration error: say so before touching the kernel.
-    let model = load_model(&cfg)?;
+    let model = model::load(cfg.model.as_deref(), &cfg.features)?;
     privilege::check()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -159,12 +156,8 @@ async fn serve(
     result
 }
 
-/// The model `--model` or the config names, else the built-in one. Quiet: a bad model
-/// is the one line of a failed start; a good one is logged once the daemon serves.
-fn load_model(cfg: &Config) -> Result<Option<Bound>> {
-    model::load(cfg.model.as_deref(), &cfg.features)
-}
-
+/// What model serves. Loading is quiet (a bad model is the one line of a failed start);
+/// this is logged once the daemon serves, and after each reload.
 fn log_model(slot: &Slot) {
     match slot.lock().ok().and_then(|g| g.clone()) {
         Some(b) => {
@@ -181,7 +174,7 @@ fn log_model(slot: &Slot) {
 /// SIGHUP: load the model again from where it came from; on any error the old one keeps
 /// serving.
 fn reload_model(cfg: &Config, slot: &Slot) {
-    match load_model(cfg) {
+    match model::load(cfg.model.as_deref(), &cfg.features) {
         Ok(m) => {
             if let Ok(mut g) = slot.lock() {
                 *g = m.map(Arc::new);

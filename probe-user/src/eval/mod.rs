@@ -57,7 +57,7 @@ pub fn baseline_scores(
     horizon_s: f64,
     rows: &[usize],
 ) -> Result<Vec<(&'static str, Vec<f64>)>> {
-    let full = baseline_columns(t, s, horizon_s)?;
+    let full = baseline_columns(t, s, horizon_s, &spec::series(t, s.entity_kind))?;
     Ok(full
         .into_iter()
         .map(|(n, col)| (n, rows.iter().map(|&r| col[r]).collect()))
@@ -69,13 +69,14 @@ fn baseline_columns(
     t: &FeatureTable,
     s: &Spec,
     horizon_s: f64,
+    series: &[Vec<usize>],
 ) -> Result<Vec<(&'static str, Vec<f64>)>> {
     let x = t.column(s.signal)?;
     let mut out: Vec<(&'static str, Vec<f64>)> = BASELINES
         .iter()
         .map(|n| (*n, vec![f64::NAN; t.len()]))
         .collect();
-    for rows in spec::series(t, s.entity_kind) {
+    for rows in series {
         let ts: Vec<f64> = rows.iter().map(|&r| t.time_unix[r]).collect();
         let xs: Vec<f64> = rows.iter().map(|&r| x[r]).collect();
         // The alarm rules an operator writes today: an EWMA well above its 5-minute
@@ -314,7 +315,7 @@ fn classifier(
         .filter(|&r| label[r].is_finite())
         .collect();
     let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
-    for (name, col) in baseline_columns(t, s, e.horizon_s)? {
+    for (name, col) in baseline_columns(t, s, e.horizon_s, &series)? {
         let thr = match learnt.and_then(|m| m.get(name)) {
             Some(t) => *t,
             // No validation threshold in the manifest: the best on this data, which
@@ -475,14 +476,15 @@ fn regressor(
     names: &[String],
 ) -> Result<RegResult> {
     let label = t.column(&s.label(&e.horizon))?;
+    let reg = spec::RegressionColumns::new(t, e, label)?;
     let rows: Vec<usize> = (0..t.len())
         .filter(|&r| t.entity_kind[r] == s.entity_kind)
-        .filter(|&r| spec::regression_target(t, e, label, r).is_some())
+        .filter(|&r| reg.target(e, r).is_some())
         .collect();
     let x = spec::matrix(t, names, &rows)?;
     let (mut m, mut p, mut sum_y) = (0.0, 0.0, 0.0);
     for (&r, row) in rows.iter().zip(x.chunks(names.len())) {
-        let base = spec::base_of(t, &e.base, r).unwrap_or_default();
+        let base = reg.base(r).unwrap_or_default();
         let f = e.forecast(b.predict(row), base);
         let y = label[r];
         m += (f - y).abs();

@@ -47,6 +47,15 @@ pub struct Entry {
     pub metrics: serde_json::Value,
 }
 
+/// "Now" for a regressor: the sum of its base features' known values (None when none is
+/// known). The daemon, `probe train` and `probe eval` all take it from here.
+pub fn base_now(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
+}
+
 impl Entry {
     /// The forecast from the regressor's output and the base value now.
     pub fn forecast(&self, raw: f64, base: f64) -> f64 {

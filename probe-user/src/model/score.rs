@@ -8,7 +8,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::bundle::{Bundle, Task};
+use super::bundle::{base_now, Bundle, Task};
 use crate::{features::FeatureRow, pipeline, snapshot::Snapshot};
 
 /// One score of one entity: a spike probability, or a forecast.
@@ -120,15 +120,15 @@ impl Bound {
         }
     }
 
-    /// Scores of one entity's feature row (empty for a kind without models). `scratch`
+    /// Scores of one entity's feature row; false for a kind without models. `scratch`
     /// holds the gathered input between calls.
-    pub fn score(&self, row: &FeatureRow, scratch: &mut Vec<f64>, out: &mut Vec<Forecast>) {
+    pub fn score(&self, row: &FeatureRow, scratch: &mut Vec<f64>, out: &mut Vec<Forecast>) -> bool {
         let Some(k) = self.kinds.iter().find(|k| k.kind == row.entity_kind) else {
-            return;
+            return false;
         };
         // A schema other than the one bound (cannot happen within one daemon): skip.
         if row.schema.names.len() != k.schema.len() {
-            return;
+            return false;
         }
         let x: &[f64] = match &k.gather {
             None => &row.values,
@@ -157,16 +157,10 @@ impl Bound {
                     f.threshold = e.threshold;
                 }
                 Task::Regressor => {
-                    let now: Vec<f64> = base
-                        .iter()
-                        .map(|&j| x[j])
-                        .filter(|v| v.is_finite())
-                        .collect();
-                    if now.is_empty() {
+                    let Some(now) = base_now(base.iter().map(|&j| x[j])) else {
                         continue;
-                    }
-                    let v =
-                        Some(e.forecast(b.predict(x), now.iter().sum())).filter(|v| v.is_finite());
+                    };
+                    let v = Some(e.forecast(b.predict(x), now)).filter(|v| v.is_finite());
                     match e.target.as_str() {
                         "rtt_p99" => f.rtt_forecast_s = v,
                         _ => f.throughput_forecast_bytes_per_s = v,
@@ -175,6 +169,7 @@ impl Bound {
             }
             out.push(f);
         }
+        true
     }
 }
 
@@ -207,10 +202,11 @@ impl pipeline::Stage for Model {
         };
         let t = Instant::now();
         let mut out = Vec::new();
+        let mut scored = 0;
         for row in &snap.features {
-            bound.score(row, &mut self.scratch, &mut out);
+            scored += u64::from(bound.score(row, &mut self.scratch, &mut out));
         }
-        snap.model_entities = snap.features.len() as u64;
+        snap.model_entities = scored;
         snap.model_seconds = t.elapsed().as_secs_f64();
         snap.model = Some(bound.info());
         snap.forecasts = out;

@@ -192,6 +192,7 @@ fn rows_of(
     s: &Spec,
     entry: &Entry,
     label: &[f64],
+    reg: Option<&spec::RegressionColumns>,
 ) -> (Vec<usize>, Vec<f32>) {
     let mut rows = Vec::new();
     let mut y = Vec::new();
@@ -205,7 +206,7 @@ fn rows_of(
                 y.push(label[r] as f32);
             }
             Task::Regressor => {
-                if let Some((target, _)) = spec::regression_target(t, entry, label, r) {
+                if let Some((target, _)) = reg.and_then(|g| g.target(entry, r)) {
                     rows.push(r);
                     y.push(target as f32);
                 }
@@ -240,9 +241,13 @@ fn fit_one(
         eps: s.eps,
         metrics: serde_json::Value::Null,
     };
-    let (tr, ytr) = rows_of(t, parts, Part::Train, s, &entry, label);
-    let (va, yva) = rows_of(t, parts, Part::Valid, s, &entry, label);
-    let (te, yte) = rows_of(t, parts, Part::Test, s, &entry, label);
+    let reg = match s.task {
+        Task::Regressor => Some(spec::RegressionColumns::new(t, &entry, label)?),
+        Task::Classifier => None,
+    };
+    let (tr, ytr) = rows_of(t, parts, Part::Train, s, &entry, label, reg.as_ref());
+    let (va, yva) = rows_of(t, parts, Part::Valid, s, &entry, label, reg.as_ref());
+    let (te, yte) = rows_of(t, parts, Part::Test, s, &entry, label, reg.as_ref());
     let pos = |y: &[f32]| y.iter().filter(|v| **v > 0.5).count();
     if s.task == Task::Classifier {
         if pos(&ytr) < 5 || pos(&yva) < 1 {
@@ -306,28 +311,27 @@ fn fit_one(
     let ours = Booster::parse(&text)
         .with_context(|| format!("{}: LightGBM wrote a model probe cannot read", s.key(h)))?;
 
+    let score =
+        |x: &[f64]| -> Vec<f64> { x.chunks(names.len()).map(|r| ours.predict(r)).collect() };
+    let xte = spec::matrix(t, names, &te)?;
+    let (sva, ste) = (score(&xva), score(&xte));
     // The Rust evaluator against LightGBM's own predictions on every test (or validation) row.
-    let (chk_rows, chk_name) = if te.is_empty() {
-        (&va, "validation")
+    let (xchk, schk, chk_name) = if te.is_empty() {
+        (&xva, &sva, "validation")
     } else {
-        (&te, "test")
+        (&xte, &ste, "test")
     };
-    let xchk = spec::matrix(t, names, chk_rows)?;
-    let theirs = lgbm.predict(&xchk, nf, true).context("LightGBM predict")?;
-    let mut diff = 0.0f64;
-    for (row, p) in xchk.chunks(names.len()).zip(&theirs) {
-        diff = diff.max((ours.predict(row) - p).abs());
-    }
+    let theirs = lgbm.predict(xchk, nf, true).context("LightGBM predict")?;
+    let diff = schk
+        .iter()
+        .zip(&theirs)
+        .fold(0.0f64, |d, (a, b)| d.max((a - b).abs()));
     if diff.is_nan() || diff > MAX_DIFF {
         bail!(
             "{}: the Rust evaluator differs from LightGBM by {diff:e} on the {chk_name} rows (limit {MAX_DIFF:e})",
             s.key(h)
         );
     }
-    let score =
-        |x: &[f64]| -> Vec<f64> { x.chunks(names.len()).map(|r| ours.predict(r)).collect() };
-    let sva = score(&xva);
-    let ste = score(&spec::matrix(t, names, &te)?);
     let mut baseline_thresholds = BTreeMap::new();
     match s.task {
         Task::Classifier => {
@@ -366,7 +370,7 @@ fn fit_one(
             // MAE in the target's own unit, against persistence (the value now).
             let (mut m, mut p, mut n) = (0.0, 0.0, 0usize);
             for (&r, f) in te.iter().zip(&ste) {
-                let (_, base) = spec::regression_target(t, &entry, label, r).unwrap_or_default();
+                let base = reg.as_ref().and_then(|g| g.base(r)).unwrap_or_default();
                 m += (entry.forecast(*f, base) - label[r]).abs();
                 p += (base - label[r]).abs();
                 n += 1;

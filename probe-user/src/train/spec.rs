@@ -3,7 +3,7 @@
 //! both read the table through this file, so they agree on every row.
 use crate::{
     dataset::table::FeatureTable,
-    model::bundle::{Entry, Task},
+    model::bundle::{base_now, Entry, Task},
     observe::{INTERFACE, PEER},
 };
 
@@ -131,26 +131,33 @@ pub fn matrix(t: &FeatureTable, names: &[String], rows: &[usize]) -> anyhow::Res
     Ok(x)
 }
 
-/// Regression target and base of row r: None when either is unknown.
-pub fn regression_target(
-    t: &FeatureTable,
-    e: &Entry,
-    label: &[f64],
-    r: usize,
-) -> Option<(f64, f64)> {
-    let base = base_of(t, &e.base, r)?;
-    let future = label[r];
-    future
-        .is_finite()
-        .then(|| (e.target_of(future, base), base))
+/// A regressor's label and base columns in a table, looked up once.
+pub struct RegressionColumns<'a> {
+    label: &'a [f64],
+    base: Vec<&'a [f64]>,
 }
 
-/// The sum of the base features at row r (None if none is known).
-pub fn base_of(t: &FeatureTable, base: &[String], r: usize) -> Option<f64> {
-    let v: Vec<f64> = base
-        .iter()
-        .filter_map(|b| t.column(b).ok().map(|c| c[r]))
-        .filter(|v| v.is_finite())
-        .collect();
-    (!v.is_empty()).then(|| v.iter().sum())
+impl<'a> RegressionColumns<'a> {
+    pub fn new(t: &'a FeatureTable, e: &Entry, label: &'a [f64]) -> anyhow::Result<Self> {
+        let base = e
+            .base
+            .iter()
+            .map(|b| t.column(b))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self { label, base })
+    }
+
+    /// The base now at row r (the daemon's rule: `bundle::base_now`).
+    pub fn base(&self, r: usize) -> Option<f64> {
+        base_now(self.base.iter().map(|c| c[r]))
+    }
+
+    /// (regression target, base) of row r: None when either is unknown.
+    pub fn target(&self, e: &Entry, r: usize) -> Option<(f64, f64)> {
+        let base = self.base(r)?;
+        let future = self.label[r];
+        future
+            .is_finite()
+            .then(|| (e.target_of(future, base), base))
+    }
 }

@@ -215,28 +215,28 @@ fn checks(r: &Report) -> Vec<Check> {
             bar: format!("<= {BAR_CPU_PERCENT}%"),
             verdict: verdict(cpu <= BAR_CPU_PERCENT),
         });
+        // Microseconds per entity per tick (ticks in the window at the phase's 1 s tick).
+        let per_entity = |seconds: f64, entities: f64| {
+            1e6 * seconds / f.window_seconds.round().max(1.0) / entities
+        };
+        let features_us = per_entity(f.feature_seconds, f.feature_entities);
         if f.feature_entities > 0.0 {
-            // Ticks in the window at the 1 s tick the phase runs.
-            let us =
-                1e6 * f.feature_seconds / f.window_seconds.round().max(1.0) / f.feature_entities;
             out.push(Check {
                 what: format!(
                     "feature stage per entity per tick, {flows} ({:.0} entities)",
                     f.feature_entities
                 ),
-                value: format!("{us:.1} us"),
+                value: format!("{features_us:.1} us"),
                 bar: format!("<= {BAR_FEATURE_US:.0} us (with scoring)"),
-                verdict: verdict(us <= BAR_FEATURE_US),
+                verdict: verdict(features_us <= BAR_FEATURE_US),
             });
         }
         if f.model_entities > 0.0 {
-            let us = 1e6 * f.model_seconds / f.window_seconds.round().max(1.0) / f.model_entities;
-            let both = 1e6 * (f.model_seconds + f.feature_seconds)
-                / f.window_seconds.round().max(1.0)
-                / f.model_entities.max(f.feature_entities);
+            let us = per_entity(f.model_seconds, f.model_entities);
+            let both = us + features_us;
             out.push(Check {
                 what: format!(
-                    "spike model scoring per entity per tick (all models), {flows} ({:.0} entities)",
+                    "spike model scoring per scored entity per tick (all models), {flows} ({:.0} entities)",
                     f.model_entities
                 ),
                 value: format!("{us:.1} us (features + scoring {both:.1} us)"),
