@@ -260,12 +260,24 @@ fn congestion_fires_the_queue_and_straggler_alerts() {
     assert!(ratio.is_some_and(|r| r > 3.0), "{ratio:?}");
     assert!(p99.is_some_and(|s| s > 0.005), "{p99:?}");
     assert!(median.is_some() && retx.is_some());
-    let srtt = p(&format!("probe_tcp_srtt_seconds{{peer=\"{CONGESTED}\"}}")).unwrap();
-    let ss = iperf::data_conn(&first.a, IpAddr::V4(first.ip_b), iperf::PORT)
-        .unwrap()
-        .and_then(|c| c.rtt_ms)
-        .expect("ss -ti shows the iperf3 connection's rtt")
-        / 1e3;
+    // Behind the tbf the srtt swings by 3x within seconds, and the scrape and `ss` are not
+    // the same instant: compare medians of five readings a second apart.
+    let (mut proms, mut sss) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        proms.extend(p(&format!(
+            "probe_tcp_srtt_seconds{{peer=\"{CONGESTED}\"}}"
+        )));
+        let ss = iperf::data_conn(&first.a, IpAddr::V4(first.ip_b), iperf::PORT)
+            .unwrap()
+            .and_then(|c| c.rtt_ms)
+            .expect("ss -ti shows the iperf3 connection's rtt");
+        sss.push(ss / 1e3);
+    }
+    let srtt = probe_tests::median(&proms).expect("probe_tcp_srtt_seconds has a value");
+    let ss = probe_tests::median(&sss).unwrap();
     println!("srtt: prometheus {srtt:.4} s, ss -ti {ss:.4} s");
     assert!(
         srtt / ss < 2.0 && ss / srtt < 2.0,
