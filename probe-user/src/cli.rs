@@ -34,6 +34,8 @@ pub enum Command {
     Train(crate::train::TrainArgs),
     /// Evaluate a model against the baselines on held-out tables (docs/model.md).
     Eval(crate::eval::EvalArgs),
+    /// Analyse recordings: traffic matrix, pattern, timing, clusters, comparison (docs/analyze.md).
+    Analyze(crate::analyze::AnalyzeArgs),
 }
 
 #[derive(Args, Debug, Default, Clone)]

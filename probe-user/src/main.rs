@@ -8,6 +8,7 @@ use std::{io::IsTerminal as _, process::ExitCode};
 
 use clap::Parser as _;
 
+mod analyze;
 mod apiclient;
 mod bpf;
 mod cli;
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
         cli::Command::Features(args) => dataset::main(args),
         cli::Command::Train(args) => train::main(args),
         cli::Command::Eval(args) => eval::main(args),
+        cli::Command::Analyze(args) => analyze::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

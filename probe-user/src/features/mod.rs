@@ -4,9 +4,9 @@
 //!
 //! `signals` says what is windowed per entity kind, `schema` names the features, `window`,
 //! `bursts` and `period` compute them, `engine` keeps the per-entity state.
-mod bursts;
+pub mod bursts;
 mod engine;
-mod period;
+pub mod period;
 pub mod schema;
 mod signals;
 mod window;

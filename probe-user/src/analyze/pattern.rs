@@ -1,0 +1,290 @@
+//! Naming the job's communication pattern from one host's view: how many peers carry the
+//! job, whether each peer's bytes are one-way or both ways, whether a peer's two directions
+//! run at once or one after the other (and which follows which closely), and whether the
+//! peers move in step. Each pattern is scored against that evidence; the report gives the
+//! scores, the evidence, and the best as the answer with its score as the confidence.
+//!
+//! What each pattern looks like from one of its hosts (S bytes per iteration):
+//! - ring all-reduce: sends ~2S(N-1)/N to its successor while receiving as much from its
+//!   predecessor, at once (two one-way peers; one peer both ways when N = 2);
+//! - parameter server, the server: every worker pushes then pulls S, all in step (N-1
+//!   two-way peers, receive then send); a worker: one two-way peer, send then receive soon;
+//! - pipeline: activations one way, gradients back later (one two-way peer at either end of
+//!   the pipeline, two in the middle, their directions in opposite order);
+//! - tree / hierarchical all-reduce: children reduce into the host, the host into its parent,
+//!   then the broadcast back down (three or more two-way peers, not all in the same order).
+use serde::Serialize;
+
+use super::timing::{Profile, PHASE_BINS};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerEvidence {
+    pub peer: String,
+    pub tx_bytes_per_iteration: f64,
+    pub rx_bytes_per_iteration: f64,
+    /// min/max of the two directions' bytes: 1 is both ways alike, 0 one-way.
+    pub symmetry: f64,
+    /// Share of the quieter direction's activity that overlaps the other's (0..1).
+    pub concurrency: f64,
+    /// "send, then receive" or "receive, then send": the order with the shorter gap (a
+    /// reply follows its request closely); None for a one-way or concurrent peer.
+    pub order: Option<&'static str>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Score {
+    pub pattern: &'static str,
+    pub score: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Pattern {
+    /// ring, tree, parameter-server, pipeline, mixed or unknown.
+    pub name: &'static str,
+    /// The host's role where the pattern has roles (server, worker, first stage ...).
+    pub role: Option<&'static str>,
+    /// The best score (0..1).
+    pub confidence: f64,
+    pub scores: Vec<Score>,
+    pub peers: Vec<PeerEvidence>,
+    /// Sentences, one fact each.
+    pub evidence: Vec<String>,
+}
+
+pub const RING: &str = "ring";
+pub const TREE: &str = "tree";
+pub const PS: &str = "parameter-server";
+pub const PIPELINE: &str = "pipeline";
+pub const MIXED: &str = "mixed";
+/// Below this best score the answer is `mixed`.
+const DECIDES: f64 = 0.5;
+
+/// 0 at `lo`, 1 at `hi` (either order), linear between.
+fn ramp(x: f64, lo: f64, hi: f64) -> f64 {
+    if !x.is_finite() {
+        return 0.0;
+    }
+    ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
+}
+
+fn active(p: &Profile) -> Vec<bool> {
+    super::timing::active(&p.occupancy)
+}
+
+/// Share of `a`'s active bins that are also active in `b`, over the smaller of the two.
+fn co_active(a: &[bool], b: &[bool]) -> f64 {
+    let both = a.iter().zip(b).filter(|(x, y)| **x && **y).count();
+    let least = a.iter().filter(|x| **x).count().min(b.iter().filter(|x| **x).count());
+    if least == 0 {
+        0.0
+    } else {
+        both as f64 / least as f64
+    }
+}
+
+/// Circular centroid of a profile (bins) and its active width (bins).
+fn centroid(occ: &[f64]) -> (f64, f64) {
+    let n = occ.len() as f64;
+    let (mut x, mut y) = (0.0, 0.0);
+    for (i, w) in occ.iter().enumerate() {
+        let a = std::f64::consts::TAU * i as f64 / n;
+        x += w * a.cos();
+        y += w * a.sin();
+    }
+    let c = y.atan2(x).rem_euclid(std::f64::consts::TAU) / std::f64::consts::TAU * n;
+    let width = super::timing::active(occ).iter().filter(|a| **a).count() as f64;
+    (c, width)
+}
+
+pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
+    let mut peers: Vec<PeerEvidence> = Vec::new();
+    let mut names: Vec<&str> = profiles.iter().map(|p| p.peer.as_str()).collect();
+    names.sort();
+    names.dedup();
+    let mut tx_act: Vec<Option<Vec<bool>>> = Vec::new();
+    let mut rx_act: Vec<Option<Vec<bool>>> = Vec::new();
+    for peer in names {
+        let tx = profiles.iter().find(|p| p.peer == peer && p.tx);
+        let rx = profiles.iter().find(|p| p.peer == peer && !p.tx);
+        let tb = tx.map_or(0.0, |p| p.bytes_per_iteration);
+        let rb = rx.map_or(0.0, |p| p.bytes_per_iteration);
+        let symmetry = if tb.max(rb) > 0.0 { tb.min(rb) / tb.max(rb) } else { 0.0 };
+        let (concurrency, order) = match (tx, rx) {
+            (Some(t), Some(r)) => {
+                let (ct, wt) = centroid(&t.occupancy);
+                let (cr, wr) = centroid(&r.occupancy);
+                // Where the send sits after the receive, in bins, in (-n/2, n/2].
+                let n = PHASE_BINS as f64;
+                let mut gap = (ct - cr).rem_euclid(n);
+                if gap > n / 2.0 {
+                    gap -= n;
+                }
+                let width = 0.5 * (wt + wr).max(1.0);
+                let c = (1.0 - gap.abs() / width).clamp(0.0, 1.0);
+                let order = (symmetry > 0.3 && c < 0.5).then_some(if gap > 0.0 {
+                    "receive, then send"
+                } else {
+                    "send, then receive"
+                });
+                (c, order)
+            }
+            _ => (0.0, None),
+        };
+        let ta = tx.map(active);
+        let ra = rx.map(active);
+        peers.push(PeerEvidence {
+            peer: peer.to_owned(),
+            tx_bytes_per_iteration: tb,
+            rx_bytes_per_iteration: rb,
+            symmetry,
+            concurrency,
+            order,
+        });
+        tx_act.push(ta);
+        rx_act.push(ra);
+    }
+    let n = peers.len();
+    let mut evidence = vec![format!(
+        "{n} peer(s) carry the job's data ({job_peers} by bytes); {}",
+        peers
+            .iter()
+            .map(|p| format!(
+                "{}: {} ({:.0}% symmetric, directions {:.0}% concurrent{})",
+                p.peer,
+                if p.symmetry >= 0.5 {
+                    "both ways"
+                } else if p.tx_bytes_per_iteration > p.rx_bytes_per_iteration {
+                    "sends"
+                } else {
+                    "receives"
+                },
+                100.0 * p.symmetry,
+                100.0 * p.concurrency,
+                p.order.map(|o| format!(", {o}")).unwrap_or_default()
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    )];
+    let sym = |p: &PeerEvidence| ramp(p.symmetry, 0.3, 0.7);
+    let seq = |p: &PeerEvidence| ramp(p.concurrency, 0.7, 0.4);
+    let mean = |v: Vec<f64>| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+
+    // Ring: two one-way peers in opposite directions, as many bytes each, at once; or, with
+    // two ranks, one peer both ways at once.
+    let ring = if n == 2 {
+        let (a, b) = (&peers[0], &peers[1]);
+        let one_way = |p: &PeerEvidence| ramp(p.symmetry, 0.4, 0.1);
+        let a_sends = a.tx_bytes_per_iteration > a.rx_bytes_per_iteration;
+        let b_sends = b.tx_bytes_per_iteration > b.rx_bytes_per_iteration;
+        let opposite = if a_sends != b_sends { 1.0 } else { 0.0 };
+        let (sa, sb) = (
+            a.tx_bytes_per_iteration.max(a.rx_bytes_per_iteration),
+            b.tx_bytes_per_iteration.max(b.rx_bytes_per_iteration),
+        );
+        let balance = ramp(sa.min(sb) / sa.max(sb), 0.4, 0.8);
+        // The sending of one overlaps the receiving from the other.
+        let (ia, ib) = (0, 1);
+        let send_a = if a_sends { &tx_act[ia] } else { &tx_act[ib] };
+        let recv_b = if a_sends { &rx_act[ib] } else { &rx_act[ia] };
+        let together = match (send_a, recv_b) {
+            (Some(s), Some(r)) => ramp(co_active(s, r), 0.3, 0.7),
+            _ => 0.0,
+        };
+        if opposite > 0.0 {
+            evidence.push(format!(
+                "one peer is sent to and the other received from, {:.0}% of the time at once",
+                100.0 * match (send_a, recv_b) {
+                    (Some(s), Some(r)) => co_active(s, r),
+                    _ => 0.0,
+                }
+            ));
+        }
+        one_way(a).min(one_way(b)) * opposite * balance * together
+    } else if n == 1 {
+        sym(&peers[0]) * ramp(peers[0].concurrency, 0.3, 0.7)
+    } else {
+        0.0
+    };
+
+    // Parameter server, server side: every peer both ways, receive then send, in step.
+    let in_step = if n >= 2 {
+        let acts: Vec<&Vec<bool>> = rx_act.iter().flatten().collect();
+        let mut pairs = Vec::new();
+        for i in 0..acts.len() {
+            for j in i + 1..acts.len() {
+                pairs.push(co_active(acts[i], acts[j]));
+            }
+        }
+        mean(pairs)
+    } else {
+        0.0
+    };
+    let recv_first = |p: &PeerEvidence| if p.order == Some("receive, then send") { 1.0 } else { 0.0 };
+    let send_first = |p: &PeerEvidence| if p.order == Some("send, then receive") { 1.0 } else { 0.0 };
+    let ps_server = if n >= 2 {
+        mean(peers.iter().map(|p| sym(p) * seq(p) * recv_first(p)).collect()) * ramp(in_step, 0.3, 0.7)
+    } else {
+        0.0
+    };
+    if n >= 2 {
+        evidence.push(format!(
+            "the peers' receiving is {:.0}% in step",
+            100.0 * in_step
+        ));
+    }
+    // One two-way peer, one direction after the other: a parameter-server worker (send,
+    // then the reply soon) or an end of a pipeline (the reply after the other stages).
+    let single = if n == 1 { sym(&peers[0]) * seq(&peers[0]) } else { 0.0 };
+    let ps_worker = single * if n == 1 { send_first(&peers[0]) } else { 0.0 };
+    let pipeline_end = single * if n == 1 { recv_first(&peers[0]) } else { 0.0 };
+    // Middle of a pipeline: two two-way peers, one in each order, not in step.
+    let pipeline_mid = if n == 2 {
+        let orders = recv_first(&peers[0]) * send_first(&peers[1])
+            + send_first(&peers[0]) * recv_first(&peers[1]);
+        sym(&peers[0]) * sym(&peers[1]) * seq(&peers[0]) * seq(&peers[1]) * orders * ramp(in_step, 0.7, 0.3)
+    } else {
+        0.0
+    };
+    // Tree: three or more two-way peers, not all in the same order.
+    let tree = if n >= 3 {
+        let r = peers.iter().filter(|p| recv_first(p) > 0.0).count();
+        let s = peers.iter().filter(|p| send_first(p) > 0.0).count();
+        let mixed_orders = if r > 0 && s > 0 && r + s == n { 1.0 } else { 0.0 };
+        mean(peers.iter().map(|p| sym(p) * seq(p)).collect()) * mixed_orders
+    } else {
+        0.0
+    };
+
+    let mut scores = vec![
+        Score { pattern: RING, score: ring },
+        Score { pattern: PS, score: ps_server.max(ps_worker) },
+        Score { pattern: PIPELINE, score: pipeline_end.max(pipeline_mid) },
+        Score { pattern: TREE, score: tree },
+    ];
+    scores.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let best = &scores[0];
+    let (name, role) = if n == 0 {
+        evidence.push("no periodic job traffic: no pattern".into());
+        ("unknown", None)
+    } else if best.score < DECIDES {
+        (MIXED, None)
+    } else {
+        let role = match best.pattern {
+            PS if ps_server >= ps_worker => Some("server"),
+            PS => Some("worker"),
+            PIPELINE if pipeline_mid > pipeline_end => Some("middle stage"),
+            PIPELINE => Some("first or last stage"),
+            TREE => Some("inner node"),
+            _ => None,
+        };
+        (best.pattern, role)
+    };
+    Pattern {
+        name,
+        role,
+        confidence: if n == 0 { 0.0 } else { best.score },
+        scores,
+        peers,
+        evidence,
+    }
+}
