@@ -26,6 +26,8 @@ const APT_PACKAGES: &[&str] = &[
     "prometheus",
     "tmux",
     "util-linux",
+    // probe analyze: its HTML report is opened and screenshotted headless in a test.
+    "chromium",
 ];
 
 /// Debian's LLVM 22, which bpf-linker links against; the eBPF toolchain's LLVM must be 22 too.

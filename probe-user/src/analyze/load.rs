@@ -39,8 +39,6 @@ pub struct Episode {
     pub t_start: f64,
     pub t_end: f64,
     #[serde(default)]
-    pub t_full: Option<f64>,
-    #[serde(default)]
     pub rank: Option<usize>,
 }
 

@@ -3,14 +3,21 @@
 //! phases, clusters of time windows and the change points between them, and, with
 //! `--compare`, how two runs differ. Lab runs are checked against what the lab ran.
 //! docs/analyze.md.
+mod changes;
+mod cluster;
+mod compare;
+mod labcheck;
 mod load;
 mod pattern;
+mod plots;
+mod report;
+mod series;
 mod timing;
 mod traffic;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
 use load::Recording;
@@ -40,6 +47,11 @@ pub struct Analysis {
     pub matrix: traffic::Matrix,
     pub timing: timing::Timing,
     pub pattern: pattern::Pattern,
+    pub changes: Vec<changes::Change>,
+    /// The per-tick signals (null: unknown) and the change distance.
+    pub series: series::Series,
+    pub distance: Vec<f64>,
+    pub clusters: Option<cluster::Clusters>,
     /// How each busy peer direction was judged part of the job or not.
     pub classes: Vec<timing::ClassCheck>,
 }
@@ -53,6 +65,9 @@ pub fn analyze(rec: &Recording) -> Analysis {
     job.dedup();
     matrix.mark_job(&job);
     let pattern = pattern::classify(&timing.profiles, job.len());
+    let series = series::series(rec, &job, &timing.iterations);
+    let changes = changes::changes(&series);
+    let clusters = cluster::cluster(&series);
     let mut ticks: Vec<f64> = rec.obs.iter().map(|o| o.time_unix).collect();
     ticks.dedup();
     Analysis {
@@ -63,36 +78,310 @@ pub fn analyze(rec: &Recording) -> Analysis {
         matrix,
         timing,
         pattern,
+        changes,
+        distance: changes::distance(&series),
+        series,
+        clusters,
         classes: checks,
     }
 }
 
+fn num(v: f64, digits: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.digits$}")
+    } else {
+        "-".into()
+    }
+}
+
+fn mb(v: f64) -> String {
+    num(v / 1e6, 1)
+}
+
+/// The report of one recording.
+fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -> Result<report::Doc> {
+    let mut d = report::Doc::new(format!("probe analyze: {}", a.recording));
+    d.p(format!(
+        "{:.0} s, {} ticks of {} s, from `{}`{}.",
+        a.seconds,
+        a.ticks,
+        a.series.tick_s,
+        rec.path.display(),
+        rec.lab.as_ref().map(|l| format!(", a lab run of {} ranks ({})", l.ranks, l.pattern)).unwrap_or_default()
+    ));
+    d.h(1, "Summary");
+    let t = &a.timing;
+    d.list(vec![
+        format!(
+            "Pattern: **{}**{} with confidence {:.0}%.",
+            a.pattern.name,
+            a.pattern.role.map(|r| format!(" ({r})")).unwrap_or_default(),
+            100.0 * a.pattern.confidence
+        ),
+        format!(
+            "Iteration period {} s (p10 {} s, p90 {} s, {} iterations); the autocorrelation of the bursts says {} s.",
+            num(t.period_s, 4),
+            num(t.period_p10_s, 4),
+            num(t.period_p90_s, 4),
+            t.iteration_count,
+            num(t.acf_period_s, 4)
+        ),
+        format!(
+            "Communication takes {}% of an iteration; {} MB move per iteration.",
+            num(100.0 * t.duty_cycle, 1),
+            mb(t.bytes_per_iteration)
+        ),
+        format!(
+            "{} change point(s); {} cluster(s) of ticks.",
+            a.changes.len(),
+            a.clusters.as_ref().map_or(0, |c| c.k)
+        ),
+    ]);
+    if let Some(c) = check {
+        d.h(1, "Lab ground truth");
+        let mut rows = vec![
+            vec![
+                "pattern".into(),
+                c.pattern_expected.clone(),
+                c.pattern_found.clone(),
+                if c.pattern_ok { "yes" } else { "**no**" }.into(),
+            ],
+            vec![
+                "iteration period".into(),
+                format!("{} s (traingen's median)", num(c.traingen_median_s, 4)),
+                format!("{} s ({:+.1}%)", num(c.period_s, 4), 100.0 * (c.period_s / c.traingen_median_s - 1.0)),
+                if c.period_ok { "yes (within 10%)" } else { "**no**" }.into(),
+            ],
+        ];
+        for e in &c.edges {
+            rows.push(vec![
+                format!("{} {}", e.episode, e.edge),
+                format!("abrupt, at {:.1} s", e.time_unix - a.start_unix),
+                e.nearest_ticks
+                    .map_or("no change point".into(), |n| format!("nearest change point {n:+.1} ticks")),
+                if e.found { "yes (within 2 ticks)" } else { "**no**" }.into(),
+            ]);
+        }
+        if let (Some(x), Some(y)) = (c.episode_ticks_not_calm, c.calm_ticks_calm) {
+            rows.push(vec![
+                "clusters".into(),
+                "abrupt episodes apart from calm".into(),
+                format!("{:.0}% of episode ticks outside the calm cluster, {:.0}% of calm ticks in it", 100.0 * x, 100.0 * y),
+                if x >= 0.7 && y >= 0.7 { "yes" } else { "**no**" }.into(),
+            ]);
+        }
+        d.table(&["check", "the lab ran", "found", "agrees"], rows);
+    }
+    d.h(1, "Who talks to whom");
+    d.p("Bytes between this host and each peer over the recording (TC counters of the monitored interfaces). `typical` is the median rate over the ticks: cross traffic that only runs part of the time barely moves it. A job peer is one whose bursts repeat with the job's iteration.");
+    d.table(
+        &["peer", "sent MB", "received MB", "share", "direction", "typical sent MB/s", "typical received MB/s", "job"],
+        a.matrix
+            .peers
+            .iter()
+            .take(20)
+            .map(|p| {
+                vec![
+                    p.peer.clone(),
+                    mb(p.tx_bytes),
+                    mb(p.rx_bytes),
+                    format!("{:.1}%", 100.0 * p.share),
+                    p.direction.into(),
+                    mb(p.tx_typical),
+                    mb(p.rx_typical),
+                    if p.job { "yes" } else { "" }.into(),
+                ]
+            })
+            .collect(),
+    );
+    d.h(1, "Pattern");
+    d.p(format!(
+        "**{}**{}, confidence {:.0}%. Scores: {}.",
+        a.pattern.name,
+        a.pattern.role.map(|r| format!(" ({r})")).unwrap_or_default(),
+        100.0 * a.pattern.confidence,
+        a.pattern
+            .scores
+            .iter()
+            .map(|s| format!("{} {:.2}", s.pattern, s.score))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    d.list(a.pattern.evidence.clone());
+    d.h(1, "Timing");
+    d.table(
+        &["measure", "value"],
+        vec![
+            vec!["iterations".into(), t.iteration_count.to_string()],
+            vec!["period, median (p10 - p90)".into(), format!("{} s ({} - {} s)", num(t.period_s, 4), num(t.period_p10_s, 4), num(t.period_p90_s, 4))],
+            vec!["jitter: (p90 - p10) / median".into(), format!("{}%", num(100.0 * t.jitter_ratio, 1))],
+            vec!["jitter: median change between successive iterations".into(), format!("{} ms", num(1e3 * t.jitter_s, 2))],
+            vec!["communication share of an iteration (duty cycle)".into(), format!("{}%", num(100.0 * t.duty_cycle, 1))],
+            vec!["bytes per iteration (job peers, data bursts)".into(), format!("{} MB", mb(t.bytes_per_iteration))],
+            vec!["burst size sent p10 / p50 / p90 / p99".into(), format!("{} / {} / {} / {} kB (n={})", num(t.burst_bytes_tx.p10 / 1e3, 1), num(t.burst_bytes_tx.p50 / 1e3, 1), num(t.burst_bytes_tx.p90 / 1e3, 1), num(t.burst_bytes_tx.p99 / 1e3, 1), t.burst_bytes_tx.n)],
+            vec!["burst size received p10 / p50 / p90 / p99".into(), format!("{} / {} / {} / {} kB (n={})", num(t.burst_bytes_rx.p10 / 1e3, 1), num(t.burst_bytes_rx.p50 / 1e3, 1), num(t.burst_bytes_rx.p90 / 1e3, 1), num(t.burst_bytes_rx.p99 / 1e3, 1), t.burst_bytes_rx.n)],
+            vec!["burst duration sent p50 / p90".into(), format!("{} / {} ms", num(1e3 * t.burst_seconds_tx.p50, 2), num(1e3 * t.burst_seconds_tx.p90, 2))],
+            vec!["burst duration received p50 / p90".into(), format!("{} / {} ms", num(1e3 * t.burst_seconds_rx.p50, 2), num(1e3 * t.burst_seconds_rx.p90, 2))],
+        ],
+    );
+    d.h(2, "Phases of one iteration");
+    d.p(format!(
+        "Iterations start at the quietest point of the traffic (found from `{}`); each job peer's direction is folded onto them.",
+        t.marker.clone().unwrap_or_else(|| "-".into())
+    ));
+    d.table(
+        &["from", "to", "what happens"],
+        t.phases
+            .iter()
+            .map(|p| {
+                vec![
+                    format!("{:.0}%", 100.0 * p.from),
+                    format!("{:.0}%", 100.0 * p.to),
+                    if p.active.is_empty() {
+                        "no job traffic (compute)".into()
+                    } else {
+                        p.active.join(", ")
+                    },
+                ]
+            })
+            .collect(),
+    );
+    let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("drawing a figure: {e}");
+    d.figure("phases.svg", plots::phases(&a.recording, t).map_err(err)?);
+    d.figure("burst-sizes.svg", plots::burst_sizes(&a.recording, t).map_err(err)?);
+    d.h(1, "Over time: change points and clusters");
+    d.p("Change points: ticks where the median of RTT, throughput, retransmits or iteration length over the 5 ticks after differs from the 5 before by more than the signals' tick-to-tick noise allows. Clusters: the ticks grouped by k-means on the daemon's own 5 s features (RTT, throughput, retransmits) and the iteration length; k by the silhouette.");
+    d.table(
+        &["at", "strength", "what changed"],
+        a.changes
+            .iter()
+            .map(|c| vec![format!("{:.0} s", c.at_s), format!("{:.1}", c.strength), c.what.join(", ")])
+            .collect(),
+    );
+    if let Some(cl) = &a.clusters {
+        d.table(
+            &["cluster", "ticks", "share", "description"],
+            cl.clusters
+                .iter()
+                .map(|c| vec![c.id.to_string(), c.ticks.to_string(), format!("{:.0}%", 100.0 * c.share), c.description.clone()])
+                .collect(),
+        );
+        d.p(format!("k = {}, silhouette {:.2}.", cl.k, cl.silhouette));
+    }
+    let spans: plots::Spans = rec
+        .lab
+        .iter()
+        .flat_map(|l| l.episodes.iter())
+        .map(|e| (e.t_start - a.start_unix, e.t_end - a.start_unix, e.kind.clone()))
+        .collect();
+    if !spans.is_empty() {
+        d.p("Shaded: the lab's congestion episodes. Red lines: change points.");
+    }
+    d.figure("timeline.svg", plots::timeline(a, &spans).map_err(err)?);
+    Ok(d)
+}
+
+fn write_doc(dir: &std::path::Path, d: &report::Doc) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (f, svg) in d.figures() {
+        std::fs::write(dir.join(f), svg)?;
+    }
+    std::fs::write(dir.join("report.md"), d.markdown())?;
+    std::fs::write(dir.join("report.html"), d.html())?;
+    Ok(())
+}
+
 pub fn main(args: AnalyzeArgs) -> Result<()> {
-    std::fs::create_dir_all(&args.out)?;
-    for r in &args.recordings {
-        let rec = Recording::load(r)?;
-        let a = analyze(&rec);
+    let load = |paths: &[PathBuf]| -> Result<Vec<(Recording, Analysis)>> {
+        paths
+            .iter()
+            .map(|p| {
+                let rec = Recording::load(p)?;
+                let a = analyze(&rec);
+                Ok((rec, a))
+            })
+            .collect()
+    };
+    let group = load(&args.recordings)?;
+    let other = load(&args.compare)?;
+    let mut names: Vec<&str> = group.iter().chain(&other).map(|(r, _)| r.name.as_str()).collect();
+    names.sort();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        bail!("two recordings are both named `{}`: give them different file names", names.windows(2).find(|w| w[0] == w[1]).map_or("", |w| w[0]));
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    for (rec, a) in group.iter().chain(&other) {
+        let check = rec.lab.as_ref().map(|l| labcheck::check(a, l));
+        let d = document(rec, a, check.as_ref())?;
         let dir = args.out.join(&rec.name);
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("analysis.json"), serde_json::to_vec_pretty(&a)?)?;
-        if let Some(lab) = &rec.lab {
-            let mut it = lab.iterations.clone();
+        write_doc(&dir, &d)?;
+        let mut v = serde_json::to_value(a)?;
+        v["lab_check"] = serde_json::to_value(&check)?;
+        std::fs::write(dir.join("analysis.json"), serde_json::to_vec_pretty(&v)?)?;
+        eprintln!(
+            "analyze: {}: {}{} ({:.0}%), period {} s, {} change point(s) -> {}",
+            rec.name,
+            a.pattern.name,
+            a.pattern.role.map(|r| format!(", {r}")).unwrap_or_default(),
+            100.0 * a.pattern.confidence,
+            num(a.timing.period_s, 4),
+            a.changes.len(),
+            dir.join("report.html").display()
+        );
+        if let Some(c) = &check {
             eprintln!(
-                "{}: lab {} x{} traingen median {:.4}; found {} ({:?}, {:.2}) period {:.4} acf {:.4}",
+                "analyze: {}: lab ran {}, traingen median {} s: pattern {}, period {:+.1}%",
                 rec.name,
-                lab.pattern,
-                lab.ranks,
-                crate::features::median(&mut it).unwrap_or(f64::NAN),
-                a.pattern.name,
-                a.pattern.role,
-                a.pattern.confidence,
-                a.timing.period_s,
-                a.timing.acf_period_s
+                c.pattern_expected,
+                num(c.traingen_median_s, 4),
+                if c.pattern_ok { "agrees" } else { "DISAGREES" },
+                100.0 * (c.period_s / c.traingen_median_s - 1.0)
             );
         }
     }
-    if args.recordings.is_empty() {
-        bail!("no recordings");
+    if group.len() > 1 {
+        let hosts: Vec<(String, Option<String>, &traffic::Matrix)> = group
+            .iter()
+            .map(|(r, a)| (r.name.clone(), r.lab.as_ref().and_then(|l| l.addr.clone()), &a.matrix))
+            .collect();
+        let jm = traffic::job_matrix(&hosts);
+        let mut d = report::Doc::new("probe analyze: the job across hosts");
+        d.p("MB each host (row) sent to each address (column) over its recording.");
+        let mut head = vec!["host"];
+        head.extend(jm.addresses.iter().map(String::as_str));
+        d.table(
+            &head,
+            jm.hosts
+                .iter()
+                .zip(&jm.bytes)
+                .map(|(h, row)| std::iter::once(h.clone()).chain(row.iter().map(|b| mb(*b))).collect())
+                .collect(),
+        );
+        write_doc(&args.out.join("job"), &d)?;
+        std::fs::write(args.out.join("job").join("matrix.json"), serde_json::to_vec_pretty(&jm)?)?;
+    }
+    if let (Some((ra, a)), Some((rb, b))) = (group.first(), other.first()) {
+        let rows = compare::compare(a, b);
+        let mut d = report::Doc::new(format!("probe analyze: {} against {}", ra.name, rb.name));
+        d.p("Medians; p is a two-sided Mann-Whitney U test on the per-iteration (or per-tick) samples. A difference is significant at p < 0.01 with medians more than 5% apart.");
+        d.table(
+            &["", ra.name.as_str(), rb.name.as_str(), "p", "differs"],
+            rows.iter()
+                .map(|r| {
+                    vec![
+                        r.what.clone(),
+                        r.a.clone(),
+                        r.b.clone(),
+                        r.p.map_or("".into(), |p| format!("{p:.2e}")),
+                        if r.significant { "**yes**" } else { "" }.into(),
+                    ]
+                })
+                .collect(),
+        );
+        let dir = args.out.join("compare");
+        write_doc(&dir, &d)?;
+        std::fs::write(dir.join("compare.json"), serde_json::to_vec_pretty(&rows)?)?;
+        eprintln!("analyze: comparison -> {}", dir.join("report.html").display());
     }
     Ok(())
 }

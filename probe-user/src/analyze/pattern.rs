@@ -119,8 +119,12 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
                 if gap > n / 2.0 {
                     gap -= n;
                 }
-                let width = 0.5 * (wt + wr).max(1.0);
-                let c = (1.0 - gap.abs() / width).clamp(0.0, 1.0);
+                let _ = (wt, wr);
+                // Overlap of the two occupancies over the smaller one's mass: a phase
+                // right after another touches it only at the edge.
+                let both: f64 = t.occupancy.iter().zip(&r.occupancy).map(|(a, b)| a.min(*b)).sum();
+                let least = t.occupancy.iter().sum::<f64>().min(r.occupancy.iter().sum::<f64>());
+                let c = if least > 0.0 { (both / least).clamp(0.0, 1.0) } else { 0.0 };
                 let order = (symmetry > 0.3 && c < 0.5).then_some(if gap > 0.0 {
                     "receive, then send"
                 } else {

@@ -15,7 +15,7 @@ use crate::features::{
 /// A burst whose packets average less than this is ACKs, not data.
 const DATA_PACKET_BYTES: f64 = 200.0;
 /// Bins of one iteration in the phase profiles.
-pub const PHASE_BINS: usize = 50;
+pub const PHASE_BINS: usize = 100;
 /// A class is active in a phase bin above this share of its busiest bin.
 const ACTIVE_SHARE: f64 = 0.25;
 
@@ -162,6 +162,8 @@ pub struct Timing {
     pub burst_bytes_rx: Quantiles,
     pub burst_seconds_tx: Quantiles,
     pub burst_seconds_rx: Quantiles,
+    /// Job bursts by size: (lower bound in bytes, powers of 2), sent, received.
+    pub size_histogram: Vec<(f64, usize, usize)>,
     pub profiles: Vec<Profile>,
     pub phases: Vec<Phase>,
 }
@@ -356,6 +358,13 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     for (k, prof) in checks.iter_mut().zip(&all_profiles) {
         k.job = shaped(&prof.occupancy);
     }
+    // The job runs through the recording: a shaped class present in far fewer of its
+    // windows than the others is traffic that came and went (cross traffic that happened to
+    // fold into a shape).
+    let widest = checks.iter().filter(|k| k.job).map(|k| k.coverage).fold(0.0, f64::max);
+    for k in &mut checks {
+        k.job &= k.coverage >= 0.8 * widest;
+    }
     let job: Vec<usize> = (0..classes.len()).filter(|&i| checks[i].job).collect();
     // The autocorrelation period of the job's classes together.
     let p = if job.is_empty() {
@@ -392,7 +401,28 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .collect();
         quantiles(&mut v)
     };
+    let mut size_histogram: Vec<(f64, usize, usize)> = Vec::new();
+    for &i in &job {
+        for b in &classes[i].bursts {
+            let k = b.bytes.max(1.0).log2().floor();
+            let lo = k.exp2();
+            let at = match size_histogram.iter().position(|h| h.0 == lo) {
+                Some(at) => at,
+                None => {
+                    size_histogram.push((lo, 0, 0));
+                    size_histogram.len() - 1
+                }
+            };
+            if classes[i].tx {
+                size_histogram[at].1 += 1;
+            } else {
+                size_histogram[at].2 += 1;
+            }
+        }
+    }
+    size_histogram.sort_by(|a, b| a.0.total_cmp(&b.0));
     let timing = Timing {
+        size_histogram,
         acf_period_s: p.seconds,
         acf_confidence: p.confidence,
         marker: marker.map(|m| classes[m].label()),
@@ -456,12 +486,12 @@ pub fn active(occ: &[f64]) -> Vec<bool> {
         .collect()
 }
 
-/// A folded profile with a shape: busy somewhere (a median bin at least 5% inside a burst)
+/// A folded profile with a shape: busy somewhere (a median bin at least 20% inside a burst)
 /// and idle somewhere else (a bin below half of that).
 fn shaped(occ: &[f64]) -> bool {
     let max = occ.iter().copied().fold(0.0, f64::max);
     let min = occ.iter().copied().fold(f64::INFINITY, f64::min);
-    max >= 0.05 && min <= 0.5 * max
+    max >= 0.2 && min <= 0.5 * max
 }
 
 /// Window length for the period votes.

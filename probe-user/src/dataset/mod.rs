@@ -127,7 +127,7 @@ fn table(numeric: &[String]) -> Table<Row> {
 }
 
 /// The recording's tick: the median observation interval, to the millisecond.
-fn tick_of(obs: &[Observation]) -> Duration {
+pub fn tick_of(obs: &[Observation]) -> Duration {
     let mut v: Vec<f64> = obs
         .iter()
         .map(|o| o.interval_s)

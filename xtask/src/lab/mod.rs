@@ -24,6 +24,8 @@ mod episodes;
 mod observe;
 #[cfg(test)]
 mod period_test;
+#[cfg(test)]
+mod analyze_test;
 mod record;
 mod schedule;
 mod summary;

@@ -1,0 +1,164 @@
+//! The report: one document model rendered twice, as Markdown (figures as SVG files beside
+//! it) and as one self-contained HTML page (figures inline), so the two never disagree.
+use std::fmt::Write as _;
+
+pub enum Block {
+    Heading(u8, String),
+    Para(String),
+    List(Vec<String>),
+    Table(Vec<String>, Vec<Vec<String>>),
+    /// A figure: its file name beside the Markdown, and its SVG text.
+    Figure(String, String),
+}
+
+pub struct Doc {
+    pub title: String,
+    pub blocks: Vec<Block>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+impl Doc {
+    pub fn new(title: impl Into<String>) -> Self {
+        Doc {
+            title: title.into(),
+            blocks: Vec::new(),
+        }
+    }
+
+    pub fn h(&mut self, level: u8, t: impl Into<String>) {
+        self.blocks.push(Block::Heading(level, t.into()));
+    }
+
+    pub fn p(&mut self, t: impl Into<String>) {
+        self.blocks.push(Block::Para(t.into()));
+    }
+
+    pub fn list(&mut self, items: Vec<String>) {
+        self.blocks.push(Block::List(items));
+    }
+
+    pub fn table(&mut self, head: &[&str], rows: Vec<Vec<String>>) {
+        self.blocks.push(Block::Table(
+            head.iter().map(|h| (*h).to_owned()).collect(),
+            rows,
+        ));
+    }
+
+    pub fn figure(&mut self, file: impl Into<String>, svg: String) {
+        self.blocks.push(Block::Figure(file.into(), svg));
+    }
+
+    /// The figures to write beside the Markdown.
+    pub fn figures(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.blocks.iter().filter_map(|b| match b {
+            Block::Figure(f, svg) => Some((f.as_str(), svg.as_str())),
+            _ => None,
+        })
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut o = format!("# {}\n\n", self.title);
+        for b in &self.blocks {
+            match b {
+                Block::Heading(l, t) => {
+                    let _ = writeln!(o, "{} {t}\n", "#".repeat(*l as usize + 1));
+                }
+                Block::Para(t) => {
+                    let _ = writeln!(o, "{t}\n");
+                }
+                Block::List(items) => {
+                    for i in items {
+                        let _ = writeln!(o, "- {i}");
+                    }
+                    o.push('\n');
+                }
+                Block::Table(head, rows) => {
+                    let _ = writeln!(o, "| {} |", head.join(" | "));
+                    let _ = writeln!(o, "|{}", "---|".repeat(head.len()));
+                    for r in rows {
+                        let _ = writeln!(o, "| {} |", r.join(" | ").replace('\n', " "));
+                    }
+                    o.push('\n');
+                }
+                Block::Figure(f, _) => {
+                    let _ = writeln!(o, "![{f}]({f})\n");
+                }
+            }
+        }
+        o
+    }
+
+    pub fn html(&self) -> String {
+        let mut o = String::new();
+        let _ = write!(
+            o,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+             <title>{}</title><style>\
+             body{{font-family:sans-serif;max-width:1040px;margin:2em auto;padding:0 1em;color:#222}}\
+             table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}\
+             th{{background:#f3f3f3}}figure{{margin:1em 0}}figure svg{{max-width:100%;height:auto}}\
+             code{{background:#f3f3f3;padding:0 3px}}</style></head><body>\n<h1>{}</h1>\n",
+            esc(&self.title),
+            esc(&self.title)
+        );
+        for b in &self.blocks {
+            match b {
+                Block::Heading(l, t) => {
+                    let _ = writeln!(o, "<h{n}>{}</h{n}>", esc(t), n = l + 1);
+                }
+                Block::Para(t) => {
+                    let _ = writeln!(o, "<p>{}</p>", code(&esc(t)));
+                }
+                Block::List(items) => {
+                    o.push_str("<ul>\n");
+                    for i in items {
+                        let _ = writeln!(o, "<li>{}</li>", code(&esc(i)));
+                    }
+                    o.push_str("</ul>\n");
+                }
+                Block::Table(head, rows) => {
+                    o.push_str("<table><tr>");
+                    for h in head {
+                        let _ = write!(o, "<th>{}</th>", esc(h));
+                    }
+                    o.push_str("</tr>\n");
+                    for r in rows {
+                        o.push_str("<tr>");
+                        for c in r {
+                            let _ = write!(o, "<td>{}</td>", code(&esc(c)));
+                        }
+                        o.push_str("</tr>\n");
+                    }
+                    o.push_str("</table>\n");
+                }
+                Block::Figure(f, svg) => {
+                    // The SVG's own XML declaration is not allowed inside HTML.
+                    let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+                    let _ = writeln!(o, "<figure id=\"{}\">{body}</figure>", esc(f));
+                }
+            }
+        }
+        o.push_str("</body></html>\n");
+        o
+    }
+}
+
+/// `text` in backticks becomes <code>.
+fn code(s: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in s.split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{part}</code>");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}

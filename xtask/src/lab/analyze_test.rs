@@ -1,0 +1,273 @@
+//! `probe analyze` against what the lab ran. Six calm runs (ring, pipeline and parameter
+//! server, at 4 and 6 ranks): the pattern is the lab's, and the period is within 10% of
+//! traingen's own median iteration time (read here from rank 0's log). One run with abrupt
+//! tbf episodes: every episode's start and end is a change point within 2 ticks of the time
+//! the lab logged, and the episodes are a cluster of their own. Then the HTML report is
+//! opened in headless Chromium: it loads, and its screenshot is not blank.
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::{
+    record::tests::LAB,
+    run,
+    schedule::Kind,
+    summary, LabArgs, OnOff, Pattern,
+};
+
+const TOLERANCE: f64 = 0.10;
+
+fn probe_bin() -> PathBuf {
+    std::env::var_os("PROBE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::build::target_dir().join("debug").join("probe"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn lab_run(dir: &Path, pattern: Pattern, ranks: u16, period_ms: u64, duration: f64, kinds: Vec<Kind>) {
+    let _ = std::fs::remove_dir_all(dir);
+    run(LabArgs {
+        ranks,
+        pattern,
+        size: 2 << 20,
+        period_ms,
+        duration: Some(duration),
+        seed: 3,
+        episodes: if kinds.is_empty() { OnOff::Off } else { OnOff::On },
+        kinds,
+        link_mbit: 1000,
+        congestion: "cubic".into(),
+        sample_ms: 0,
+        out: None,
+        record: Some(dir.to_path_buf()),
+        probe: std::env::var_os("PROBE_BIN").map(PathBuf::from),
+        corpus: None,
+        corpus_runs: 1,
+        release: false,
+        clean: false,
+    })
+    .expect("the lab runs with --record");
+}
+
+/// `probe analyze DIR --out OUT`; the analysis of DIR.
+fn analyze(dir: &Path, out: &Path) -> Value {
+    let o = std::process::Command::new(probe_bin())
+        .arg("analyze")
+        .arg(dir)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("probe analyze runs");
+    assert!(
+        o.status.success(),
+        "probe analyze: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let name = dir.file_name().unwrap();
+    serde_json::from_slice(&std::fs::read(out.join(name).join("analysis.json")).unwrap()).unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("lab-analyze-test-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn analyze_names_the_pattern_and_period_of_every_lab_pattern() {
+    if !crate::build::is_root() {
+        eprintln!("skipped analyze_names_the_pattern_and_period_of_every_lab_pattern: it needs root");
+        return;
+    }
+    let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tmp("out");
+    let mut failures = Vec::new();
+    for ranks in [4u16, 6] {
+        for (pattern, period_ms, expected) in [
+            (Pattern::Ring, 200, "ring"),
+            (Pattern::Pipeline, 100, "pipeline"),
+            (Pattern::Ps, 250, "parameter-server"),
+        ] {
+            let dir = tmp(&format!("{}-{ranks}", pattern.name()));
+            lab_run(&dir, pattern, ranks, period_ms, 20.0, Vec::new());
+            let a = analyze(&dir, &out);
+            let iters = summary::read_iters(&dir.join("rank0.jsonl")).expect("rank 0's log");
+            let logged = median(iters.iter().map(|i| i.duration_s).collect());
+            let found = a["timing"]["period_s"].as_f64().unwrap_or(f64::NAN);
+            let name = a["pattern"]["name"].as_str().unwrap_or("");
+            eprintln!(
+                "analyze test, {} x{ranks}: pattern {name} ({:.2}), period {found:.4} s, traingen median {logged:.4} s ({} iterations)",
+                pattern.name(),
+                a["pattern"]["confidence"].as_f64().unwrap_or(0.0),
+                iters.len()
+            );
+            if name != expected {
+                failures.push(format!("{} x{ranks}: pattern {name}, expected {expected}: {}", pattern.name(), a["pattern"]["evidence"]));
+            }
+            if !((found - logged).abs() / logged <= TOLERANCE) {
+                failures.push(format!("{} x{ranks}: period {found:.4} s, traingen {logged:.4} s", pattern.name()));
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[derive(serde::Deserialize)]
+struct Truth {
+    t_start: f64,
+    t_end: f64,
+    onset: String,
+}
+
+#[test]
+fn analyze_finds_abrupt_episodes_as_change_points_and_a_cluster_and_its_report_renders() {
+    if !crate::build::is_root() {
+        eprintln!("skipped analyze_finds_abrupt_episodes...: it needs root");
+        return;
+    }
+    let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmp("tbf");
+    let out = tmp("tbf-out");
+    lab_run(&dir, Pattern::Ring, 4, 200, 100.0, vec![Kind::Tbf]);
+    let a = analyze(&dir, &out);
+    let truth: Vec<Truth> = std::fs::read_to_string(dir.join("ground_truth.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|t: &Truth| t.onset == "abrupt")
+        .collect();
+    assert!(!truth.is_empty(), "the lab ran no abrupt episode");
+    // The tick, from the recording's own tick times.
+    let t: Vec<f64> = a["clusters"]["t"].as_array().expect("clusters").iter().filter_map(Value::as_f64).collect();
+    let tick = median(t.windows(2).map(|w| w[1] - w[0]).collect());
+    let changes: Vec<f64> = a["changes"].as_array().unwrap().iter().filter_map(|c| c["time_unix"].as_f64()).collect();
+    let mut failures = Vec::new();
+    for e in &truth {
+        for (edge, at) in [("start", e.t_start), ("end", e.t_end)] {
+            // A tick shows what happened in the interval before it: the first tick that can
+            // show an edge is up to one tick after it. Within 2 ticks of that.
+            let ok = changes.iter().any(|c| *c - at >= -2.0 * tick && *c - at <= 3.0 * tick);
+            eprintln!("analyze test: episode {edge} at {at:.1}: change points {:?}", changes.iter().map(|c| ((c - at) / tick * 10.0).round() / 10.0).filter(|d| d.abs() < 10.0).collect::<Vec<_>>());
+            if !ok {
+                failures.push(format!("no change point within 2 ticks of the episode {edge} at {at:.1}"));
+            }
+        }
+    }
+    // Episode ticks (after their first 5 s: the features are 5 s windows) outside the calm
+    // cluster; ticks outside every episode (and 6 s past its end) in it.
+    let of: Vec<Option<u64>> = a["clusters"]["of_tick"].as_array().unwrap().iter().map(Value::as_u64).collect();
+    let calm = a["clusters"]["clusters"].as_array().unwrap().iter().find(|c| c["calm"] == true).and_then(|c| c["id"].as_u64());
+    let (mut inside, mut outside) = ((0, 0), (0, 0));
+    for (t, k) in t.iter().zip(&of) {
+        let Some(k) = k else { continue };
+        if truth.iter().any(|e| e.t_start + 5.0 <= *t && *t <= e.t_end) {
+            inside.0 += (Some(*k) != calm) as usize;
+            inside.1 += 1;
+        } else if !truth.iter().any(|e| e.t_start - 1.0 <= *t && *t <= e.t_end + 6.0) {
+            outside.0 += (Some(*k) == calm) as usize;
+            outside.1 += 1;
+        }
+    }
+    eprintln!("analyze test: episode ticks not calm {inside:?}, calm ticks calm {outside:?}");
+    if inside.1 == 0 || (inside.0 as f64) < 0.7 * inside.1 as f64 {
+        failures.push(format!("episode ticks outside the calm cluster: {inside:?}"));
+    }
+    if outside.1 == 0 || (outside.0 as f64) < 0.7 * outside.1 as f64 {
+        failures.push(format!("calm ticks in the calm cluster: {outside:?}"));
+    }
+    screenshot(&out.join(dir.file_name().unwrap()).join("report.html"), &mut failures);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Opens the report in headless Chromium: the page's DOM holds its figures, nothing was
+/// logged as a console error, and a screenshot has far more than a blank page's colours.
+fn screenshot(report: &Path, failures: &mut Vec<String>) {
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("chromium is installed (cargo xtask setup)");
+    let profile = tempdir("chromium-profile");
+    let png = report.with_file_name("screenshot.png");
+    let url = format!("file://{}", report.display());
+    let common = |c: &mut std::process::Command| {
+        c.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    };
+    let mut dom = std::process::Command::new(chromium);
+    common(&mut dom);
+    let o = dom.args(["--dump-dom", &url]).output().expect("chromium runs");
+    let html = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let figures = html.matches("<svg").count();
+    if figures < 3 {
+        failures.push(format!("the report's DOM has {figures} SVG figures, expected 3"));
+    }
+    for line in stderr.lines().filter(|l| l.contains("CONSOLE") || l.contains("Uncaught")) {
+        failures.push(format!("chromium logged: {line}"));
+    }
+    let mut shot = std::process::Command::new(chromium);
+    common(&mut shot);
+    let o = shot
+        .arg(format!("--screenshot={}", png.display()))
+        .arg("--window-size=1200,2400")
+        .arg(&url)
+        .output()
+        .expect("chromium runs");
+    let colours = distinct_colours(&png);
+    eprintln!("analyze test: screenshot {} has {colours} distinct colours", png.display());
+    if colours < 20 {
+        failures.push(format!(
+            "the screenshot has {colours} distinct colours: blank? {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&profile);
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = tmp(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Distinct RGB colours in a PNG (0 if it does not decode).
+fn distinct_colours(png: &Path) -> usize {
+    let Ok(file) = std::fs::File::open(png) else {
+        return 0;
+    };
+    let decoder = png::Decoder::new(std::io::BufReader::new(file));
+    let Ok(mut reader) = decoder.read_info() else {
+        return 0;
+    };
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let Ok(info) = reader.next_frame(&mut buf) else {
+        return 0;
+    };
+    let step = info.color_type.samples();
+    let mut seen = std::collections::HashSet::new();
+    for px in buf[..info.buffer_size()].chunks(step) {
+        if px.len() >= 3 {
+            seen.insert((px[0], px[1], px[2]));
+        }
+    }
+    seen.len()
+}
