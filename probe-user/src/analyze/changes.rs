@@ -12,7 +12,7 @@ use crate::features::median;
 /// Ticks on each side of a candidate.
 const W: usize = 5;
 /// Peak distance (the norm of the signals' differences in noise units) to be a change.
-const THRESHOLD: f64 = 4.0;
+const THRESHOLD: f64 = 3.5;
 /// The smallest scale of a signal, in log units (~10%): a flat signal's tiny wobble is not
 /// a change.
 const MIN_SCALE: f64 = 0.1;
@@ -32,7 +32,13 @@ const NAMES: [&str; 4] = ["RTT", "throughput", "retransmits", "iteration"];
 fn logs(s: &Series) -> Vec<Vec<f64>> {
     let l = |v: &[f64], off: f64| -> Vec<f64> {
         v.iter()
-            .map(|x| if x.is_finite() && *x >= 0.0 { (x + off).ln() } else { f64::NAN })
+            .map(|x| {
+                if x.is_finite() && *x >= 0.0 {
+                    (x + off).ln()
+                } else {
+                    f64::NAN
+                }
+            })
             .collect()
     };
     vec![
@@ -107,7 +113,7 @@ pub fn changes(s: &Series) -> Vec<Change> {
     let n = d.len();
     let mut out = Vec::new();
     for i in 0..n {
-        if !(d[i] >= THRESHOLD) {
+        if d[i].is_nan() || d[i] < THRESHOLD {
             continue;
         }
         let lo = i.saturating_sub(W);

@@ -22,14 +22,16 @@ pub struct Row {
 fn normal_sf(z: f64) -> f64 {
     let x = z / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.5 * x.abs());
-    let y = t * (-x * x - 1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807
-                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-        .exp();
+    let y = t
+        * (-x * x - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     let erfc = if x >= 0.0 { y } else { 2.0 - y };
     0.5 * erfc
 }
@@ -42,7 +44,11 @@ pub fn mann_whitney(a: &[f64], b: &[f64]) -> Option<f64> {
     if a.len() < 5 || b.len() < 5 {
         return None;
     }
-    let mut all: Vec<(f64, bool)> = a.iter().map(|x| (*x, true)).chain(b.iter().map(|x| (*x, false))).collect();
+    let mut all: Vec<(f64, bool)> = a
+        .iter()
+        .map(|x| (*x, true))
+        .chain(b.iter().map(|x| (*x, false)))
+        .collect();
     all.sort_by(|x, y| x.0.total_cmp(&y.0));
     let n = all.len();
     let (mut r1, mut ties, mut i) = (0.0, 0.0, 0);
@@ -91,17 +97,43 @@ fn samples(what: &str, a: &[f64], b: &[f64], unit: &str, scale: f64, digits: usi
     let rel = (ma - mb).abs() / ma.abs().max(mb.abs());
     Row {
         what: what.to_owned(),
-        a: format!("{:.digits$} {unit} (n={})", ma * scale, a.iter().filter(|x| x.is_finite()).count()),
-        b: format!("{:.digits$} {unit} (n={})", mb * scale, b.iter().filter(|x| x.is_finite()).count()),
+        a: format!(
+            "{:.digits$} {unit} (n={})",
+            ma * scale,
+            a.iter().filter(|x| x.is_finite()).count()
+        ),
+        b: format!(
+            "{:.digits$} {unit} (n={})",
+            mb * scale,
+            b.iter().filter(|x| x.is_finite()).count()
+        ),
         p,
         significant: p.is_some_and(|p| p < 0.01) && rel > 0.05,
     }
 }
 
 pub fn compare(a: &Analysis, b: &Analysis) -> Vec<Row> {
-    let lens = |x: &Analysis| x.timing.iterations.iter().map(|i| i.len).collect::<Vec<f64>>();
-    let bytes = |x: &Analysis| x.timing.iterations.iter().map(|i| i.bytes).collect::<Vec<f64>>();
-    let duty = |x: &Analysis| x.timing.iterations.iter().map(|i| i.busy_s / i.len).collect::<Vec<f64>>();
+    let lens = |x: &Analysis| {
+        x.timing
+            .iterations
+            .iter()
+            .map(|i| i.len)
+            .collect::<Vec<f64>>()
+    };
+    let bytes = |x: &Analysis| {
+        x.timing
+            .iterations
+            .iter()
+            .map(|i| i.bytes)
+            .collect::<Vec<f64>>()
+    };
+    let duty = |x: &Analysis| {
+        x.timing
+            .iterations
+            .iter()
+            .map(|i| i.busy_s / i.len)
+            .collect::<Vec<f64>>()
+    };
     let steps = |x: &Analysis| {
         x.timing
             .iterations
@@ -126,15 +158,49 @@ pub fn compare(a: &Analysis, b: &Analysis) -> Vec<Row> {
             significant: a.pattern.name != b.pattern.name,
         },
         samples("iteration period", &lens(a), &lens(b), "s", 1.0, 4),
-        samples("iteration jitter (|change| between iterations)", &steps(a), &steps(b), "ms", 1e3, 2),
-        samples("communication share (duty cycle)", &duty(a), &duty(b), "%", 100.0, 1),
+        samples(
+            "iteration jitter (|change| between iterations)",
+            &steps(a),
+            &steps(b),
+            "ms",
+            1e3,
+            2,
+        ),
+        samples(
+            "communication share (duty cycle)",
+            &duty(a),
+            &duty(b),
+            "%",
+            100.0,
+            1,
+        ),
         samples("bytes per iteration", &bytes(a), &bytes(b), "MB", 1e-6, 2),
-        samples("RTT under load (largest srtt)", &rtt_under_load(a), &rtt_under_load(b), "ms", 1e3, 2),
-        samples("throughput", &a.series.throughput, &b.series.throughput, "MB/s", 1e-6, 1),
+        samples(
+            "RTT under load (largest srtt)",
+            &rtt_under_load(a),
+            &rtt_under_load(b),
+            "ms",
+            1e3,
+            2,
+        ),
+        samples(
+            "throughput",
+            &a.series.throughput,
+            &b.series.throughput,
+            "MB/s",
+            1e-6,
+            1,
+        ),
         Row {
             what: "burst size p50 / p90 (sent)".into(),
-            a: format!("{:.0} / {:.0} B", a.timing.burst_bytes_tx.p50, a.timing.burst_bytes_tx.p90),
-            b: format!("{:.0} / {:.0} B", b.timing.burst_bytes_tx.p50, b.timing.burst_bytes_tx.p90),
+            a: format!(
+                "{:.0} / {:.0} B",
+                a.timing.burst_bytes_tx.p50, a.timing.burst_bytes_tx.p90
+            ),
+            b: format!(
+                "{:.0} / {:.0} B",
+                b.timing.burst_bytes_tx.p50, b.timing.burst_bytes_tx.p90
+            ),
             p: None,
             significant: false,
         },

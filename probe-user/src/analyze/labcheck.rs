@@ -91,7 +91,9 @@ pub fn check(a: &Analysis, lab: &Lab) -> LabCheck {
             }
         }
     }
-    let share = |v: &[bool]| (!v.is_empty()).then(|| v.iter().filter(|x| **x).count() as f64 / v.len() as f64);
+    let share = |v: &[bool]| {
+        (!v.is_empty()).then(|| v.iter().filter(|x| **x).count() as f64 / v.len() as f64)
+    };
     let expected = expected_pattern(&lab.pattern).to_owned();
     LabCheck {
         pattern_ok: a.pattern.name == expected,

@@ -34,7 +34,12 @@ pub struct AnalyzeArgs {
     pub compare: Vec<PathBuf>,
 
     /// Directory for the reports (created).
-    #[arg(long, short = 'o', value_name = "DIR", default_value = "probe-analysis")]
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "DIR",
+        default_value = "probe-analysis"
+    )]
     pub out: PathBuf,
 }
 
@@ -99,7 +104,11 @@ fn mb(v: f64) -> String {
 }
 
 /// The report of one recording.
-fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -> Result<report::Doc> {
+fn document(
+    rec: &Recording,
+    a: &Analysis,
+    check: Option<&labcheck::LabCheck>,
+) -> Result<report::Doc> {
     let mut d = report::Doc::new(format!("probe analyze: {}", a.recording));
     d.p(format!(
         "{:.0} s, {} ticks of {} s, from `{}`{}.",
@@ -107,7 +116,10 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
         a.ticks,
         a.series.tick_s,
         rec.path.display(),
-        rec.lab.as_ref().map(|l| format!(", a lab run of {} ranks ({})", l.ranks, l.pattern)).unwrap_or_default()
+        rec.lab
+            .as_ref()
+            .map(|l| format!(", a lab run of {} ranks ({})", l.ranks, l.pattern))
+            .unwrap_or_default()
     ));
     d.h(1, "Summary");
     let t = &a.timing;
@@ -149,25 +161,49 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
             vec![
                 "iteration period".into(),
                 format!("{} s (traingen's median)", num(c.traingen_median_s, 4)),
-                format!("{} s ({:+.1}%)", num(c.period_s, 4), 100.0 * (c.period_s / c.traingen_median_s - 1.0)),
-                if c.period_ok { "yes (within 10%)" } else { "**no**" }.into(),
+                format!(
+                    "{} s ({:+.1}%)",
+                    num(c.period_s, 4),
+                    100.0 * (c.period_s / c.traingen_median_s - 1.0)
+                ),
+                if c.period_ok {
+                    "yes (within 10%)"
+                } else {
+                    "**no**"
+                }
+                .into(),
             ],
         ];
         for e in &c.edges {
             rows.push(vec![
                 format!("{} {}", e.episode, e.edge),
                 format!("abrupt, at {:.1} s", e.time_unix - a.start_unix),
-                e.nearest_ticks
-                    .map_or("no change point".into(), |n| format!("nearest change point {n:+.1} ticks")),
-                if e.found { "yes (within 2 ticks)" } else { "**no**" }.into(),
+                e.nearest_ticks.map_or("no change point".into(), |n| {
+                    format!("nearest change point {n:+.1} ticks")
+                }),
+                if e.found {
+                    "yes (within 2 ticks)"
+                } else {
+                    "**no**"
+                }
+                .into(),
             ]);
         }
         if let (Some(x), Some(y)) = (c.episode_ticks_not_calm, c.calm_ticks_calm) {
             rows.push(vec![
                 "clusters".into(),
                 "abrupt episodes apart from calm".into(),
-                format!("{:.0}% of episode ticks outside the calm cluster, {:.0}% of calm ticks in it", 100.0 * x, 100.0 * y),
-                if x >= 0.7 && y >= 0.7 { "yes" } else { "**no**" }.into(),
+                format!(
+                    "{:.0}% of episode ticks outside the calm cluster, {:.0}% of calm ticks in it",
+                    100.0 * x,
+                    100.0 * y
+                ),
+                if x >= 0.7 && y >= 0.7 {
+                    "yes"
+                } else {
+                    "**no**"
+                }
+                .into(),
             ]);
         }
         d.table(&["check", "the lab ran", "found", "agrees"], rows);
@@ -175,7 +211,16 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
     d.h(1, "Who talks to whom");
     d.p("Bytes between this host and each peer over the recording (TC counters of the monitored interfaces). `typical` is the median rate over the ticks: cross traffic that only runs part of the time barely moves it. A job peer is one whose bursts repeat with the job's iteration.");
     d.table(
-        &["peer", "sent MB", "received MB", "share", "direction", "typical sent MB/s", "typical received MB/s", "job"],
+        &[
+            "peer",
+            "sent MB",
+            "received MB",
+            "share",
+            "direction",
+            "typical sent MB/s",
+            "typical received MB/s",
+            "job",
+        ],
         a.matrix
             .peers
             .iter()
@@ -198,7 +243,10 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
     d.p(format!(
         "**{}**{}, confidence {:.0}%. Scores: {}.",
         a.pattern.name,
-        a.pattern.role.map(|r| format!(" ({r})")).unwrap_or_default(),
+        a.pattern
+            .role
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default(),
         100.0 * a.pattern.confidence,
         a.pattern
             .scores
@@ -213,15 +261,69 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
         &["measure", "value"],
         vec![
             vec!["iterations".into(), t.iteration_count.to_string()],
-            vec!["period, median (p10 - p90)".into(), format!("{} s ({} - {} s)", num(t.period_s, 4), num(t.period_p10_s, 4), num(t.period_p90_s, 4))],
-            vec!["jitter: (p90 - p10) / median".into(), format!("{}%", num(100.0 * t.jitter_ratio, 1))],
-            vec!["jitter: median change between successive iterations".into(), format!("{} ms", num(1e3 * t.jitter_s, 2))],
-            vec!["communication share of an iteration (duty cycle)".into(), format!("{}%", num(100.0 * t.duty_cycle, 1))],
-            vec!["bytes per iteration (job peers, data bursts)".into(), format!("{} MB", mb(t.bytes_per_iteration))],
-            vec!["burst size sent p10 / p50 / p90 / p99".into(), format!("{} / {} / {} / {} kB (n={})", num(t.burst_bytes_tx.p10 / 1e3, 1), num(t.burst_bytes_tx.p50 / 1e3, 1), num(t.burst_bytes_tx.p90 / 1e3, 1), num(t.burst_bytes_tx.p99 / 1e3, 1), t.burst_bytes_tx.n)],
-            vec!["burst size received p10 / p50 / p90 / p99".into(), format!("{} / {} / {} / {} kB (n={})", num(t.burst_bytes_rx.p10 / 1e3, 1), num(t.burst_bytes_rx.p50 / 1e3, 1), num(t.burst_bytes_rx.p90 / 1e3, 1), num(t.burst_bytes_rx.p99 / 1e3, 1), t.burst_bytes_rx.n)],
-            vec!["burst duration sent p50 / p90".into(), format!("{} / {} ms", num(1e3 * t.burst_seconds_tx.p50, 2), num(1e3 * t.burst_seconds_tx.p90, 2))],
-            vec!["burst duration received p50 / p90".into(), format!("{} / {} ms", num(1e3 * t.burst_seconds_rx.p50, 2), num(1e3 * t.burst_seconds_rx.p90, 2))],
+            vec![
+                "period, median (p10 - p90)".into(),
+                format!(
+                    "{} s ({} - {} s)",
+                    num(t.period_s, 4),
+                    num(t.period_p10_s, 4),
+                    num(t.period_p90_s, 4)
+                ),
+            ],
+            vec![
+                "jitter: (p90 - p10) / median".into(),
+                format!("{}%", num(100.0 * t.jitter_ratio, 1)),
+            ],
+            vec![
+                "jitter: median change between successive iterations".into(),
+                format!("{} ms", num(1e3 * t.jitter_s, 2)),
+            ],
+            vec![
+                "communication share of an iteration (duty cycle)".into(),
+                format!("{}%", num(100.0 * t.duty_cycle, 1)),
+            ],
+            vec![
+                "bytes per iteration (job peers, data bursts)".into(),
+                format!("{} MB", mb(t.bytes_per_iteration)),
+            ],
+            vec![
+                "burst size sent p10 / p50 / p90 / p99".into(),
+                format!(
+                    "{} / {} / {} / {} kB (n={})",
+                    num(t.burst_bytes_tx.p10 / 1e3, 1),
+                    num(t.burst_bytes_tx.p50 / 1e3, 1),
+                    num(t.burst_bytes_tx.p90 / 1e3, 1),
+                    num(t.burst_bytes_tx.p99 / 1e3, 1),
+                    t.burst_bytes_tx.n
+                ),
+            ],
+            vec![
+                "burst size received p10 / p50 / p90 / p99".into(),
+                format!(
+                    "{} / {} / {} / {} kB (n={})",
+                    num(t.burst_bytes_rx.p10 / 1e3, 1),
+                    num(t.burst_bytes_rx.p50 / 1e3, 1),
+                    num(t.burst_bytes_rx.p90 / 1e3, 1),
+                    num(t.burst_bytes_rx.p99 / 1e3, 1),
+                    t.burst_bytes_rx.n
+                ),
+            ],
+            vec![
+                "burst duration sent p50 / p90".into(),
+                format!(
+                    "{} / {} ms",
+                    num(1e3 * t.burst_seconds_tx.p50, 2),
+                    num(1e3 * t.burst_seconds_tx.p90, 2)
+                ),
+            ],
+            vec![
+                "burst duration received p50 / p90".into(),
+                format!(
+                    "{} / {} ms",
+                    num(1e3 * t.burst_seconds_rx.p50, 2),
+                    num(1e3 * t.burst_seconds_rx.p90, 2)
+                ),
+            ],
         ],
     );
     d.h(2, "Phases of one iteration");
@@ -248,14 +350,23 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
     );
     let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("drawing a figure: {e}");
     d.figure("phases.svg", plots::phases(&a.recording, t).map_err(err)?);
-    d.figure("burst-sizes.svg", plots::burst_sizes(&a.recording, t).map_err(err)?);
+    d.figure(
+        "burst-sizes.svg",
+        plots::burst_sizes(&a.recording, t).map_err(err)?,
+    );
     d.h(1, "Over time: change points and clusters");
     d.p("Change points: ticks where the median of RTT, throughput, retransmits or iteration length over the 5 ticks after differs from the 5 before by more than the signals' tick-to-tick noise allows. Clusters: the ticks grouped by k-means on the daemon's own 5 s features (RTT, throughput, retransmits) and the iteration length; k by the silhouette.");
     d.table(
         &["at", "strength", "what changed"],
         a.changes
             .iter()
-            .map(|c| vec![format!("{:.0} s", c.at_s), format!("{:.1}", c.strength), c.what.join(", ")])
+            .map(|c| {
+                vec![
+                    format!("{:.0} s", c.at_s),
+                    format!("{:.1}", c.strength),
+                    c.what.join(", "),
+                ]
+            })
             .collect(),
     );
     if let Some(cl) = &a.clusters {
@@ -263,7 +374,14 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
             &["cluster", "ticks", "share", "description"],
             cl.clusters
                 .iter()
-                .map(|c| vec![c.id.to_string(), c.ticks.to_string(), format!("{:.0}%", 100.0 * c.share), c.description.clone()])
+                .map(|c| {
+                    vec![
+                        c.id.to_string(),
+                        c.ticks.to_string(),
+                        format!("{:.0}%", 100.0 * c.share),
+                        c.description.clone(),
+                    ]
+                })
                 .collect(),
         );
         d.p(format!("k = {}, silhouette {:.2}.", cl.k, cl.silhouette));
@@ -272,7 +390,13 @@ fn document(rec: &Recording, a: &Analysis, check: Option<&labcheck::LabCheck>) -
         .lab
         .iter()
         .flat_map(|l| l.episodes.iter())
-        .map(|e| (e.t_start - a.start_unix, e.t_end - a.start_unix, e.kind.clone()))
+        .map(|e| {
+            (
+                e.t_start - a.start_unix,
+                e.t_end - a.start_unix,
+                e.kind.clone(),
+            )
+        })
         .collect();
     if !spans.is_empty() {
         d.p("Shaded: the lab's congestion episodes. Red lines: change points.");
@@ -304,12 +428,20 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
     };
     let group = load(&args.recordings)?;
     let other = load(&args.compare)?;
-    let mut names: Vec<&str> = group.iter().chain(&other).map(|(r, _)| r.name.as_str()).collect();
+    let mut names: Vec<&str> = group
+        .iter()
+        .chain(&other)
+        .map(|(r, _)| r.name.as_str())
+        .collect();
     names.sort();
     if names.windows(2).any(|w| w[0] == w[1]) {
-        bail!("two recordings are both named `{}`: give them different file names", names.windows(2).find(|w| w[0] == w[1]).map_or("", |w| w[0]));
+        bail!(
+            "two recordings are both named `{}`: give them different file names",
+            names.windows(2).find(|w| w[0] == w[1]).map_or("", |w| w[0])
+        );
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
     for (rec, a) in group.iter().chain(&other) {
         let check = rec.lab.as_ref().map(|l| labcheck::check(a, l));
         let d = document(rec, a, check.as_ref())?;
@@ -342,7 +474,13 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
     if group.len() > 1 {
         let hosts: Vec<(String, Option<String>, &traffic::Matrix)> = group
             .iter()
-            .map(|(r, a)| (r.name.clone(), r.lab.as_ref().and_then(|l| l.addr.clone()), &a.matrix))
+            .map(|(r, a)| {
+                (
+                    r.name.clone(),
+                    r.lab.as_ref().and_then(|l| l.addr.clone()),
+                    &a.matrix,
+                )
+            })
             .collect();
         let jm = traffic::job_matrix(&hosts);
         let mut d = report::Doc::new("probe analyze: the job across hosts");
@@ -354,11 +492,18 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
             jm.hosts
                 .iter()
                 .zip(&jm.bytes)
-                .map(|(h, row)| std::iter::once(h.clone()).chain(row.iter().map(|b| mb(*b))).collect())
+                .map(|(h, row)| {
+                    std::iter::once(h.clone())
+                        .chain(row.iter().map(|b| mb(*b)))
+                        .collect()
+                })
                 .collect(),
         );
         write_doc(&args.out.join("job"), &d)?;
-        std::fs::write(args.out.join("job").join("matrix.json"), serde_json::to_vec_pretty(&jm)?)?;
+        std::fs::write(
+            args.out.join("job").join("matrix.json"),
+            serde_json::to_vec_pretty(&jm)?,
+        )?;
     }
     if let (Some((ra, a)), Some((rb, b))) = (group.first(), other.first()) {
         let rows = compare::compare(a, b);
@@ -381,7 +526,10 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
         let dir = args.out.join("compare");
         write_doc(&dir, &d)?;
         std::fs::write(dir.join("compare.json"), serde_json::to_vec_pretty(&rows)?)?;
-        eprintln!("analyze: comparison -> {}", dir.join("report.html").display());
+        eprintln!(
+            "analyze: comparison -> {}",
+            dir.join("report.html").display()
+        );
     }
     Ok(())
 }

@@ -74,12 +74,24 @@ fn active(p: &Profile) -> Vec<bool> {
 /// Share of `a`'s active bins that are also active in `b`, over the smaller of the two.
 fn co_active(a: &[bool], b: &[bool]) -> f64 {
     let both = a.iter().zip(b).filter(|(x, y)| **x && **y).count();
-    let least = a.iter().filter(|x| **x).count().min(b.iter().filter(|x| **x).count());
+    let least = a
+        .iter()
+        .filter(|x| **x)
+        .count()
+        .min(b.iter().filter(|x| **x).count());
     if least == 0 {
         0.0
     } else {
         both as f64 / least as f64
     }
+}
+
+/// `a` with every active bin's neighbours within `k` bins active too (circularly).
+fn widen(a: &[bool], k: usize) -> Vec<bool> {
+    let n = a.len();
+    (0..n)
+        .map(|i| (0..=2 * k).any(|d| a[(i + n + d - k) % n]))
+        .collect()
 }
 
 /// Circular centroid of a profile (bins) and its active width (bins).
@@ -108,8 +120,12 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
         let rx = profiles.iter().find(|p| p.peer == peer && !p.tx);
         let tb = tx.map_or(0.0, |p| p.bytes_per_iteration);
         let rb = rx.map_or(0.0, |p| p.bytes_per_iteration);
-        let symmetry = if tb.max(rb) > 0.0 { tb.min(rb) / tb.max(rb) } else { 0.0 };
-        let (concurrency, order) = match (tx, rx) {
+        let symmetry = if tb.max(rb) > 0.0 {
+            tb.min(rb) / tb.max(rb)
+        } else {
+            0.0
+        };
+        let (concurrency, order) = match (tx.filter(|p| p.shaped), rx.filter(|p| p.shaped)) {
             (Some(t), Some(r)) => {
                 let (ct, wt) = centroid(&t.occupancy);
                 let (cr, wr) = centroid(&r.occupancy);
@@ -122,10 +138,26 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
                 let _ = (wt, wr);
                 // Overlap of the two occupancies over the smaller one's mass: a phase
                 // right after another touches it only at the edge.
-                let both: f64 = t.occupancy.iter().zip(&r.occupancy).map(|(a, b)| a.min(*b)).sum();
-                let least = t.occupancy.iter().sum::<f64>().min(r.occupancy.iter().sum::<f64>());
-                let c = if least > 0.0 { (both / least).clamp(0.0, 1.0) } else { 0.0 };
-                let order = (symmetry > 0.3 && c < 0.5).then_some(if gap > 0.0 {
+                let both: f64 = t
+                    .occupancy
+                    .iter()
+                    .zip(&r.occupancy)
+                    .map(|(a, b)| a.min(*b))
+                    .sum();
+                let least = t
+                    .occupancy
+                    .iter()
+                    .sum::<f64>()
+                    .min(r.occupancy.iter().sum::<f64>());
+                let c = if least > 0.0 {
+                    (both / least).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
+                // The order shows in where the two directions' activity sits, even when
+                // a request's ACKs and its reply merged into one long burst (then the
+                // overlap says "at once" but the reply still comes later).
+                let order = (symmetry > 0.3 && gap.abs() >= 2.0).then_some(if gap > 0.0 {
                     "receive, then send"
                 } else {
                     "send, then receive"
@@ -134,8 +166,8 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
             }
             _ => (0.0, None),
         };
-        let ta = tx.map(active);
-        let ra = rx.map(active);
+        let ta = tx.filter(|p| p.shaped).map(active);
+        let ra = rx.filter(|p| p.shaped).map(active);
         peers.push(PeerEvidence {
             peer: peer.to_owned(),
             tx_bytes_per_iteration: tb,
@@ -171,7 +203,13 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
     )];
     let sym = |p: &PeerEvidence| ramp(p.symmetry, 0.3, 0.7);
     let seq = |p: &PeerEvidence| ramp(p.concurrency, 0.7, 0.4);
-    let mean = |v: Vec<f64>| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let mean = |v: Vec<f64>| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
 
     // Ring: two one-way peers in opposite directions, as many bytes each, at once; or, with
     // two ranks, one peer both ways at once.
@@ -197,10 +235,11 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
         if opposite > 0.0 {
             evidence.push(format!(
                 "one peer is sent to and the other received from, {:.0}% of the time at once",
-                100.0 * match (send_a, recv_b) {
-                    (Some(s), Some(r)) => co_active(s, r),
-                    _ => 0.0,
-                }
+                100.0
+                    * match (send_a, recv_b) {
+                        (Some(s), Some(r)) => co_active(s, r),
+                        _ => 0.0,
+                    }
             ));
         }
         one_way(a).min(one_way(b)) * opposite * balance * together
@@ -211,22 +250,38 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
     };
 
     // Parameter server, server side: every peer both ways, receive then send, in step.
+    // In step: the share of the peers whose receiving (widened by 3% of the iteration each
+    // way) covers the phase where most of them receive.
     let in_step = if n >= 2 {
-        let acts: Vec<&Vec<bool>> = rx_act.iter().flatten().collect();
-        let mut pairs = Vec::new();
-        for i in 0..acts.len() {
-            for j in i + 1..acts.len() {
-                pairs.push(co_active(acts[i], acts[j]));
-            }
+        let acts: Vec<Vec<bool>> = rx_act.iter().flatten().map(|a| widen(a, 3)).collect();
+        let most = (0..PHASE_BINS)
+            .map(|b| acts.iter().filter(|a| a[b]).count())
+            .max()
+            .unwrap_or(0);
+        if acts.is_empty() {
+            0.0
+        } else {
+            most as f64 / acts.len() as f64
         }
-        mean(pairs)
     } else {
         0.0
     };
-    let recv_first = |p: &PeerEvidence| if p.order == Some("receive, then send") { 1.0 } else { 0.0 };
-    let send_first = |p: &PeerEvidence| if p.order == Some("send, then receive") { 1.0 } else { 0.0 };
+    let recv_first = |p: &PeerEvidence| {
+        if p.order == Some("receive, then send") {
+            1.0
+        } else {
+            0.0
+        }
+    };
+    let send_first = |p: &PeerEvidence| {
+        if p.order == Some("send, then receive") {
+            1.0
+        } else {
+            0.0
+        }
+    };
     let ps_server = if n >= 2 {
-        mean(peers.iter().map(|p| sym(p) * seq(p) * recv_first(p)).collect()) * ramp(in_step, 0.3, 0.7)
+        mean(peers.iter().map(|p| sym(p) * recv_first(p)).collect()) * ramp(in_step, 0.3, 0.7)
     } else {
         0.0
     };
@@ -238,14 +293,23 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
     }
     // One two-way peer, one direction after the other: a parameter-server worker (send,
     // then the reply soon) or an end of a pipeline (the reply after the other stages).
-    let single = if n == 1 { sym(&peers[0]) * seq(&peers[0]) } else { 0.0 };
+    let single = if n == 1 {
+        sym(&peers[0]) * seq(&peers[0])
+    } else {
+        0.0
+    };
     let ps_worker = single * if n == 1 { send_first(&peers[0]) } else { 0.0 };
     let pipeline_end = single * if n == 1 { recv_first(&peers[0]) } else { 0.0 };
     // Middle of a pipeline: two two-way peers, one in each order, not in step.
     let pipeline_mid = if n == 2 {
         let orders = recv_first(&peers[0]) * send_first(&peers[1])
             + send_first(&peers[0]) * recv_first(&peers[1]);
-        sym(&peers[0]) * sym(&peers[1]) * seq(&peers[0]) * seq(&peers[1]) * orders * ramp(in_step, 0.7, 0.3)
+        sym(&peers[0])
+            * sym(&peers[1])
+            * seq(&peers[0])
+            * seq(&peers[1])
+            * orders
+            * ramp(in_step, 0.7, 0.3)
     } else {
         0.0
     };
@@ -253,17 +317,33 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
     let tree = if n >= 3 {
         let r = peers.iter().filter(|p| recv_first(p) > 0.0).count();
         let s = peers.iter().filter(|p| send_first(p) > 0.0).count();
-        let mixed_orders = if r > 0 && s > 0 && r + s == n { 1.0 } else { 0.0 };
+        let mixed_orders = if r > 0 && s > 0 && r + s == n {
+            1.0
+        } else {
+            0.0
+        };
         mean(peers.iter().map(|p| sym(p) * seq(p)).collect()) * mixed_orders
     } else {
         0.0
     };
 
     let mut scores = vec![
-        Score { pattern: RING, score: ring },
-        Score { pattern: PS, score: ps_server.max(ps_worker) },
-        Score { pattern: PIPELINE, score: pipeline_end.max(pipeline_mid) },
-        Score { pattern: TREE, score: tree },
+        Score {
+            pattern: RING,
+            score: ring,
+        },
+        Score {
+            pattern: PS,
+            score: ps_server.max(ps_worker),
+        },
+        Score {
+            pattern: PIPELINE,
+            score: pipeline_end.max(pipeline_mid),
+        },
+        Score {
+            pattern: TREE,
+            score: tree,
+        },
     ];
     scores.sort_by(|a, b| b.score.total_cmp(&a.score));
     let best = &scores[0];

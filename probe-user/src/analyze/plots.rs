@@ -32,17 +32,27 @@ fn colour(i: usize) -> RGBColor {
 fn range(v: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     let (lo, hi) = v
         .filter(|x| x.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(x), b.max(x))
+        });
     if lo > hi {
         return 0.0..1.0;
     }
-    let d = if hi > lo { (hi - lo) * 0.05 } else { lo.abs().max(1.0) * 0.1 };
+    let d = if hi > lo {
+        (hi - lo) * 0.05
+    } else {
+        lo.abs().max(1.0) * 0.1
+    };
     (lo - d).min(0.0_f64.max(lo - d))..hi + d
 }
 
 /// Lines through the finite stretches of (t, v).
 fn gappy<DB: DrawingBackend>(
-    c: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    c: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     t: &[f64],
     v: &[f64],
     style: ShapeStyle,
@@ -77,14 +87,17 @@ fn draw_timeline(a: &Analysis, episodes: &Spans, out: &mut String) -> R {
     let xr = 0.0..t.last().copied().unwrap_or(1.0).max(1.0);
     let root = SVGBackend::with_string(out, (1000, 720)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = root.titled(
-        &format!("{}: the job over time", a.recording),
-        (FONT, 20),
-    )?;
+    let root = root.titled(&format!("{}: the job over time", a.recording), (FONT, 20))?;
     let areas = root.split_by_breakpoints::<i32, i32, _, _>([], [190, 380, 570]);
     let panels: [(&str, Vec<f64>); 3] = [
-        ("throughput (MB/s)", s.throughput.iter().map(|x| x / 1e6).collect()),
-        ("largest srtt (ms)", s.srtt.iter().map(|x| x * 1e3).collect()),
+        (
+            "throughput (MB/s)",
+            s.throughput.iter().map(|x| x / 1e6).collect(),
+        ),
+        (
+            "largest srtt (ms)",
+            s.srtt.iter().map(|x| x * 1e3).collect(),
+        ),
         ("iteration (s)", s.iteration.clone()),
     ];
     for (i, (label, v)) in panels.iter().enumerate() {
@@ -141,7 +154,9 @@ fn draw_timeline(a: &Analysis, episodes: &Spans, out: &mut String) -> R {
                 colour(k.id + 1).filled(),
             )))?
             .label(format!("{}: {}", k.id, k.description))
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour(i + 1).filled()));
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour(i + 1).filled())
+            });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
@@ -181,7 +196,9 @@ pub fn phases(name: &str, tm: &Timing) -> Result<String, Box<dyn Error>> {
                 .collect();
             c.draw_series(LineSeries::new(pts, colour(i).stroke_width(2)))?
                 .label(p.class.clone())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour(i).stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 16, y)], colour(i).stroke_width(2))
+                });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -229,7 +246,9 @@ pub fn burst_sizes(name: &str, tm: &Timing) -> Result<String, Box<dyn Error>> {
                 Rectangle::new([(x, 0.0), (x + 0.45, v)], colour(k).filled())
             }))?
             .label(if tx { "sent" } else { "received" })
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour(k).filled()));
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour(k).filled())
+            });
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)

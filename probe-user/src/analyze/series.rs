@@ -53,7 +53,11 @@ pub fn series(rec: &Recording, job: &[String], iterations: &[Iteration]) -> Seri
     let n = t.len();
     let index = |time: f64| t.partition_point(|x| *x < time);
     let (mut srtt, mut thr, mut retr) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
-    for o in rec.obs.iter().filter(|o| o.entity_kind == PEER && job.contains(&o.entity)) {
+    for o in rec
+        .obs
+        .iter()
+        .filter(|o| o.entity_kind == PEER && job.contains(&o.entity))
+    {
         let i = index(o.time_unix);
         srtt[i] = fold_max(srtt[i], o.srtt_s.unwrap_or(f64::NAN));
         let b = match (o.tx_bytes_per_s, o.rx_bytes_per_s) {
@@ -97,7 +101,10 @@ pub fn series(rec: &Recording, job: &[String], iterations: &[Iteration]) -> Seri
     );
     let mut features = vec![[f64::NAN; FEATURES]; n];
     let get = |r: &FeatureRow, name: &str| r.get(name).unwrap_or(f64::NAN);
-    for r in rows.iter().filter(|r| r.entity_kind == PEER && job.contains(&r.entity)) {
+    for r in rows
+        .iter()
+        .filter(|r| r.entity_kind == PEER && job.contains(&r.entity))
+    {
         let i = index(r.time_unix);
         if i >= n {
             continue;
@@ -105,7 +112,10 @@ pub fn series(rec: &Recording, job: &[String], iterations: &[Iteration]) -> Seri
         let f = &mut features[i];
         f[0] = fold_max(f[0], get(r, "srtt_mean_5s"));
         f[1] = fold_max(f[1], get(r, "rtt_p99_mean_5s"));
-        f[2] = fold_sum(f[2], fold_sum(get(r, "tx_bytes_mean_5s"), get(r, "rx_bytes_mean_5s")));
+        f[2] = fold_sum(
+            f[2],
+            fold_sum(get(r, "tx_bytes_mean_5s"), get(r, "rx_bytes_mean_5s")),
+        );
         f[3] = fold_sum(f[3], get(r, "retransmits_mean_5s"));
     }
     for (f, it) in features.iter_mut().zip(&iteration) {

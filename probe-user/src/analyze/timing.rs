@@ -52,7 +52,7 @@ pub fn classes(rec: &Recording, job: &[String]) -> Vec<Class> {
         if e.packets == 0 || (e.bytes as f64 / e.packets as f64) < DATA_PACKET_BYTES {
             continue;
         }
-        if !job.iter().any(|p| *p == e.peer) {
+        if !job.contains(&e.peer) {
             continue;
         }
         let tx = e.direction == "egress";
@@ -133,8 +133,10 @@ pub struct Profile {
     pub tx: bool,
     /// Median data bytes per iteration.
     pub bytes_per_iteration: f64,
-    /// Mean share of each phase bin inside a burst of this class.
+    /// Median over iterations of each phase bin's share inside a burst of this class.
     pub occupancy: Vec<f64>,
+    /// Busy in some phases and idle in others: the job's rhythm (see `shaped`).
+    pub shaped: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -289,7 +291,12 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     // job keeps its rhythm in every direction it uses, all the time; cross traffic comes
     // and goes, and its own rhythms (pacing) are in fewer directions or windows.
     let windows = window_periods(classes, start, end);
-    let mut candidates: Vec<f64> = windows.iter().flatten().copied().filter(|t| t.is_finite()).collect();
+    let mut candidates: Vec<f64> = windows
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|t| t.is_finite())
+        .collect();
     candidates.sort_by(f64::total_cmp);
     candidates.dedup_by(|a, b| (*a / *b - 1.0).abs() <= 0.02);
     let votes = |t: f64, ratio_one: bool| -> Vec<usize> {
@@ -317,7 +324,8 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .sum()
     };
     let period = candidates.iter().copied().max_by(|a, b| {
-        let (va, vb): (usize, usize) = (votes(*a, false).iter().sum(), votes(*b, false).iter().sum());
+        let (va, vb): (usize, usize) =
+            (votes(*a, false).iter().sum(), votes(*b, false).iter().sum());
         va.cmp(&vb).then(bytes_of(*a).total_cmp(&bytes_of(*b)))
     });
     // Refined: the median of the window periods near it.
@@ -334,9 +342,10 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         // The marker: the class that keeps the period itself in most windows, then the
         // biggest.
         let v = votes(t, true);
-        let m = (0..classes.len())
-            .filter(|&i| v[i] > 0)
-            .max_by(|&a, &b| v[a].cmp(&v[b]).then(classes[a].bytes.total_cmp(&classes[b].bytes)))?;
+        let m = (0..classes.len()).filter(|&i| v[i] > 0).max_by(|&a, &b| {
+            v[a].cmp(&v[b])
+                .then(classes[a].bytes.total_cmp(&classes[b].bytes))
+        })?;
         let starts = iteration_starts(&classes[m], t);
         let mut l: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
         let typical = median(&mut l).unwrap_or(f64::NAN);
@@ -361,7 +370,11 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     // The job runs through the recording: a shaped class present in far fewer of its
     // windows than the others is traffic that came and went (cross traffic that happened to
     // fold into a shape).
-    let widest = checks.iter().filter(|k| k.job).map(|k| k.coverage).fold(0.0, f64::max);
+    let widest = checks
+        .iter()
+        .filter(|k| k.job)
+        .map(|k| k.coverage)
+        .fold(0.0, f64::max);
     for k in &mut checks {
         k.job &= k.coverage >= 0.8 * widest;
     }
@@ -370,12 +383,25 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     let p = if job.is_empty() {
         Period::UNKNOWN
     } else {
-        period_of(job.iter().flat_map(|&i| classes[i].bursts.iter()), start, end)
+        period_of(
+            job.iter().flat_map(|&i| classes[i].bursts.iter()),
+            start,
+            end,
+        )
     };
     let spans = |i: usize| classes[i].bursts.iter().copied();
     let job_spans: Vec<Span> = job.iter().flat_map(|&i| spans(i)).collect();
     let iterations = iterations(&starts, &job_spans, end);
-    let profiles: Vec<Profile> = job.iter().map(|&i| all_profiles[i].clone()).collect();
+    // Every class of a job peer, so that a direction that does not fold into a shape (a
+    // reply merged with the request's ACKs into one long burst) still counts its bytes.
+    let job_peers: Vec<&str> = job.iter().map(|&i| classes[i].peer.as_str()).collect();
+    let profiles: Vec<Profile> = (0..classes.len())
+        .filter(|&i| job_peers.contains(&classes[i].peer.as_str()))
+        .map(|i| Profile {
+            shaped: checks[i].job,
+            ..all_profiles[i].clone()
+        })
+        .collect();
     let phases = phases(&profiles);
     let mut lens: Vec<f64> = iterations.iter().map(|i| i.len).collect();
     let lq = quantiles(&mut lens);
@@ -571,7 +597,9 @@ fn profiles(classes: &[Class], starts: &[f64], typical: f64) -> Vec<Profile> {
     classes
         .iter()
         .map(|c| {
-            let mut per_bin: Vec<Vec<f64>> = vec![Vec::with_capacity(used.len()); PHASE_BINS];
+            let mut per_bin: Vec<Vec<f64>> = (0..PHASE_BINS)
+                .map(|_| Vec::with_capacity(used.len()))
+                .collect();
             let mut per_iter: Vec<f64> = Vec::with_capacity(used.len());
             let mut bins = vec![0.0; PHASE_BINS];
             for it in &used {
@@ -597,6 +625,7 @@ fn profiles(classes: &[Class], starts: &[f64], typical: f64) -> Vec<Profile> {
                     .iter_mut()
                     .map(|v| median(v).unwrap_or(0.0))
                     .collect(),
+                shaped: false,
             }
         })
         .collect()
@@ -604,6 +633,7 @@ fn profiles(classes: &[Class], starts: &[f64], typical: f64) -> Vec<Profile> {
 
 /// The phases: runs of phase bins with the same set of active classes.
 fn phases(profiles: &[Profile]) -> Vec<Phase> {
+    let profiles: Vec<&Profile> = profiles.iter().filter(|p| p.shaped).collect();
     let active: Vec<Vec<bool>> = profiles.iter().map(|p| active(&p.occupancy)).collect();
     let set = |b: usize| -> Vec<String> {
         profiles
@@ -630,11 +660,12 @@ fn phases(profiles: &[Profile]) -> Vec<Phase> {
     let mut i = 1;
     while i + 1 < phases.len() {
         if phases[i].to - phases[i].from < 1.5 / PHASE_BINS as f64 {
-            let into = if phases[i - 1].to - phases[i - 1].from >= phases[i + 1].to - phases[i + 1].from {
-                i - 1
-            } else {
-                i + 1
-            };
+            let into =
+                if phases[i - 1].to - phases[i - 1].from >= phases[i + 1].to - phases[i + 1].from {
+                    i - 1
+                } else {
+                    i + 1
+                };
             if into < i {
                 phases[i - 1].to = phases[i].to;
             } else {

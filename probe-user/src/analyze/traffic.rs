@@ -78,7 +78,11 @@ pub fn matrix(rec: &Recording) -> Matrix {
                 peer: p.to_owned(),
                 tx_bytes: a.tx,
                 rx_bytes: a.rx,
-                share: if total > 0.0 { (a.tx + a.rx) / total } else { 0.0 },
+                share: if total > 0.0 {
+                    (a.tx + a.rx) / total
+                } else {
+                    0.0
+                },
                 tx_typical: median(&mut a.tx_rates).unwrap_or(0.0),
                 rx_typical: median(&mut a.rx_rates).unwrap_or(0.0),
                 direction,
@@ -150,8 +154,16 @@ pub fn job_matrix(hosts: &[(String, Option<String>, &Matrix)]) -> JobMatrix {
     let mut names = Vec::new();
     for (name, own, m) in hosts {
         let label = own.clone().or_else(|| {
-            let mine: Vec<&str> = m.peers.iter().filter(|p| p.job).map(|p| p.peer.as_str()).collect();
-            let missing: Vec<&String> = addresses.iter().filter(|a| !mine.contains(&a.as_str())).collect();
+            let mine: Vec<&str> = m
+                .peers
+                .iter()
+                .filter(|p| p.job)
+                .map(|p| p.peer.as_str())
+                .collect();
+            let missing: Vec<&String> = addresses
+                .iter()
+                .filter(|a| !mine.contains(&a.as_str()))
+                .collect();
             // Exactly one address missing, and it is a peer of every other host: ours.
             (missing.len() == 1 && hosts.len() > 1).then(|| missing[0].clone())
         });

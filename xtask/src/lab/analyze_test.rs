@@ -8,12 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{
-    record::tests::LAB,
-    run,
-    schedule::Kind,
-    summary, LabArgs, OnOff, Pattern,
-};
+use super::{record::tests::LAB, run, schedule::Kind, summary, LabArgs, OnOff, Pattern};
 
 const TOLERANCE: f64 = 0.10;
 
@@ -28,7 +23,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn lab_run(dir: &Path, pattern: Pattern, ranks: u16, period_ms: u64, duration: f64, kinds: Vec<Kind>) {
+fn lab_run(
+    dir: &Path,
+    pattern: Pattern,
+    ranks: u16,
+    period_ms: u64,
+    duration: f64,
+    kinds: Vec<Kind>,
+) {
     let _ = std::fs::remove_dir_all(dir);
     run(LabArgs {
         ranks,
@@ -37,7 +39,11 @@ fn lab_run(dir: &Path, pattern: Pattern, ranks: u16, period_ms: u64, duration: f
         period_ms,
         duration: Some(duration),
         seed: 3,
-        episodes: if kinds.is_empty() { OnOff::Off } else { OnOff::On },
+        episodes: if kinds.is_empty() {
+            OnOff::Off
+        } else {
+            OnOff::On
+        },
         kinds,
         link_mbit: 1000,
         congestion: "cubic".into(),
@@ -78,7 +84,9 @@ fn tmp(name: &str) -> PathBuf {
 #[test]
 fn analyze_names_the_pattern_and_period_of_every_lab_pattern() {
     if !crate::build::is_root() {
-        eprintln!("skipped analyze_names_the_pattern_and_period_of_every_lab_pattern: it needs root");
+        eprintln!(
+            "skipped analyze_names_the_pattern_and_period_of_every_lab_pattern: it needs root"
+        );
         return;
     }
     let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,10 +112,18 @@ fn analyze_names_the_pattern_and_period_of_every_lab_pattern() {
                 iters.len()
             );
             if name != expected {
-                failures.push(format!("{} x{ranks}: pattern {name}, expected {expected}: {}", pattern.name(), a["pattern"]["evidence"]));
+                failures.push(format!(
+                    "{} x{ranks}: pattern {name}, expected {expected}: {}",
+                    pattern.name(),
+                    a["pattern"]["evidence"]
+                ));
             }
-            if !((found - logged).abs() / logged <= TOLERANCE) {
-                failures.push(format!("{} x{ranks}: period {found:.4} s, traingen {logged:.4} s", pattern.name()));
+            let within = (found - logged).abs() / logged <= TOLERANCE;
+            if !within {
+                failures.push(format!(
+                    "{} x{ranks}: period {found:.4} s, traingen {logged:.4} s",
+                    pattern.name()
+                ));
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -143,44 +159,83 @@ fn analyze_finds_abrupt_episodes_as_change_points_and_a_cluster_and_its_report_r
         .collect();
     assert!(!truth.is_empty(), "the lab ran no abrupt episode");
     // The tick, from the recording's own tick times.
-    let t: Vec<f64> = a["clusters"]["t"].as_array().expect("clusters").iter().filter_map(Value::as_f64).collect();
+    let t: Vec<f64> = a["clusters"]["t"]
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
     let tick = median(t.windows(2).map(|w| w[1] - w[0]).collect());
-    let changes: Vec<f64> = a["changes"].as_array().unwrap().iter().filter_map(|c| c["time_unix"].as_f64()).collect();
+    let changes: Vec<f64> = a["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["time_unix"].as_f64())
+        .collect();
     let mut failures = Vec::new();
     for e in &truth {
         for (edge, at) in [("start", e.t_start), ("end", e.t_end)] {
             // A tick shows what happened in the interval before it: the first tick that can
             // show an edge is up to one tick after it. Within 2 ticks of that.
-            let ok = changes.iter().any(|c| *c - at >= -2.0 * tick && *c - at <= 3.0 * tick);
-            eprintln!("analyze test: episode {edge} at {at:.1}: change points {:?}", changes.iter().map(|c| ((c - at) / tick * 10.0).round() / 10.0).filter(|d| d.abs() < 10.0).collect::<Vec<_>>());
+            let ok = changes
+                .iter()
+                .any(|c| *c - at >= -2.0 * tick && *c - at <= 3.0 * tick);
+            eprintln!(
+                "analyze test: episode {edge} at {at:.1}: change points {:?}",
+                changes
+                    .iter()
+                    .map(|c| ((c - at) / tick * 10.0).round() / 10.0)
+                    .filter(|d| d.abs() < 10.0)
+                    .collect::<Vec<_>>()
+            );
             if !ok {
-                failures.push(format!("no change point within 2 ticks of the episode {edge} at {at:.1}"));
+                failures.push(format!(
+                    "no change point within 2 ticks of the episode {edge} at {at:.1}"
+                ));
             }
         }
     }
     // Episode ticks (after their first 5 s: the features are 5 s windows) outside the calm
     // cluster; ticks outside every episode (and 6 s past its end) in it.
-    let of: Vec<Option<u64>> = a["clusters"]["of_tick"].as_array().unwrap().iter().map(Value::as_u64).collect();
-    let calm = a["clusters"]["clusters"].as_array().unwrap().iter().find(|c| c["calm"] == true).and_then(|c| c["id"].as_u64());
+    let of: Vec<Option<u64>> = a["clusters"]["of_tick"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(Value::as_u64)
+        .collect();
+    let calm = a["clusters"]["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["calm"] == true)
+        .and_then(|c| c["id"].as_u64());
     let (mut inside, mut outside) = ((0, 0), (0, 0));
     for (t, k) in t.iter().zip(&of) {
         let Some(k) = k else { continue };
         if truth.iter().any(|e| e.t_start + 5.0 <= *t && *t <= e.t_end) {
             inside.0 += (Some(*k) != calm) as usize;
             inside.1 += 1;
-        } else if !truth.iter().any(|e| e.t_start - 1.0 <= *t && *t <= e.t_end + 6.0) {
+        } else if !truth
+            .iter()
+            .any(|e| e.t_start - 1.0 <= *t && *t <= e.t_end + 6.0)
+        {
             outside.0 += (Some(*k) == calm) as usize;
             outside.1 += 1;
         }
     }
     eprintln!("analyze test: episode ticks not calm {inside:?}, calm ticks calm {outside:?}");
     if inside.1 == 0 || (inside.0 as f64) < 0.7 * inside.1 as f64 {
-        failures.push(format!("episode ticks outside the calm cluster: {inside:?}"));
+        failures.push(format!(
+            "episode ticks outside the calm cluster: {inside:?}"
+        ));
     }
     if outside.1 == 0 || (outside.0 as f64) < 0.7 * outside.1 as f64 {
         failures.push(format!("calm ticks in the calm cluster: {outside:?}"));
     }
-    screenshot(&out.join(dir.file_name().unwrap()).join("report.html"), &mut failures);
+    screenshot(
+        &out.join(dir.file_name().unwrap()).join("report.html"),
+        &mut failures,
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&out);
     assert!(failures.is_empty(), "{failures:#?}");
@@ -213,14 +268,22 @@ fn screenshot(report: &Path, failures: &mut Vec<String>) {
     };
     let mut dom = std::process::Command::new(chromium);
     common(&mut dom);
-    let o = dom.args(["--dump-dom", &url]).output().expect("chromium runs");
+    let o = dom
+        .args(["--dump-dom", &url])
+        .output()
+        .expect("chromium runs");
     let html = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     let figures = html.matches("<svg").count();
     if figures < 3 {
-        failures.push(format!("the report's DOM has {figures} SVG figures, expected 3"));
+        failures.push(format!(
+            "the report's DOM has {figures} SVG figures, expected 3"
+        ));
     }
-    for line in stderr.lines().filter(|l| l.contains("CONSOLE") || l.contains("Uncaught")) {
+    for line in stderr
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+    {
         failures.push(format!("chromium logged: {line}"));
     }
     let mut shot = std::process::Command::new(chromium);
@@ -232,7 +295,10 @@ fn screenshot(report: &Path, failures: &mut Vec<String>) {
         .output()
         .expect("chromium runs");
     let colours = distinct_colours(&png);
-    eprintln!("analyze test: screenshot {} has {colours} distinct colours", png.display());
+    eprintln!(
+        "analyze test: screenshot {} has {colours} distinct colours",
+        png.display()
+    );
     if colours < 20 {
         failures.push(format!(
             "the screenshot has {colours} distinct colours: blank? {}",

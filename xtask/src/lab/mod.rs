@@ -18,14 +18,14 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[cfg(test)]
+mod analyze_test;
 mod cmd;
 mod corpus;
 mod episodes;
 mod observe;
 #[cfg(test)]
 mod period_test;
-#[cfg(test)]
-mod analyze_test;
 mod record;
 mod schedule;
 mod summary;

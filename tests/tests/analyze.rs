@@ -1,0 +1,106 @@
+//! `probe analyze` on a recording this test makes (iperf3 from one namespace to another,
+//! recorded by the daemon on the sender): the traffic matrix names the receiver as the peer
+//! the host sends to, with the bytes iperf3 itself says it sent (plus headers). And bad input
+//! is one line: a missing recording, a file that is not Parquet. The pattern, period, change
+//! point and report checks against a real training job are the lab's
+//! (xtask/src/lab/analyze_test.rs).
+use probe_tests::{
+    cmd,
+    iperf::{self, ClientOpts},
+    probe::{self, assert_cli_error, run_to_exit},
+    Pair, Probe, ProbeOpts,
+};
+use std::{path::PathBuf, process::Command, time::Duration};
+
+const RECORD_S: u64 = 16;
+const IPERF_S: u32 = 8;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("probe-analyze-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn analyze(args: &[&std::ffi::OsStr]) -> probe_tests::cmd::Output {
+    let mut c = Command::new(probe::probe_bin_checked());
+    c.arg("analyze").args(args);
+    run_to_exit(c, Duration::from_secs(120)).unwrap()
+}
+
+#[test]
+fn the_traffic_matrix_has_the_bytes_iperf3_sent() {
+    cmd::require_root_and(&["ip", "nsenter", "iperf3"]);
+    let pair = Pair::new(91).unwrap();
+    let d = dir("iperf");
+    let rec = d.join("iperf.parquet");
+    let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
+    let probe = Probe::start(&pair.a, ProbeOpts::iface(&pair.veth_a));
+    let mut recorder = probe::start_recorder(&pair.a, &probe, &rec, RECORD_S).unwrap();
+    // The first snapshot is the recording's baseline: start after it.
+    std::thread::sleep(Duration::from_secs(3));
+    let report = iperf::run_client(
+        &pair.a,
+        pair.ip_b.into(),
+        iperf::PORT,
+        &ClientOpts::tcp(IPERF_S),
+    )
+    .unwrap();
+    let status = recorder.wait_timeout(Duration::from_secs(RECORD_S + 20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "probe record failed: {}",
+        recorder.stderr()
+    );
+    let out = d.join("out");
+    let o = analyze(&[rec.as_os_str(), "--out".as_ref(), out.as_os_str()]);
+    assert!(o.status.success(), "probe analyze failed: {}", o.stderr);
+    let a: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("iperf").join("analysis.json")).unwrap())
+            .unwrap();
+    let peers = a["matrix"]["peers"].as_array().unwrap();
+    let b = pair.ip_b.to_string();
+    let top = &peers[0];
+    assert_eq!(top["peer"], b.as_str(), "the busiest peer: {peers:?}");
+    assert_eq!(top["direction"], "sends", "{top}");
+    let sent = top["tx_bytes"].as_f64().unwrap();
+    eprintln!(
+        "analyze: {sent:.0} bytes sent to {b}; iperf3 sent {:.0} payload bytes",
+        report.sent_bytes
+    );
+    // Wire bytes: the payload plus Ethernet, IP and TCP headers (about 4.5% at a 1500-byte
+    // MTU), never less than the payload.
+    assert!(
+        sent >= report.sent_bytes && sent <= 1.10 * report.sent_bytes,
+        "probe's matrix says {sent:.0} bytes to {b}, iperf3 sent {:.0}",
+        report.sent_bytes
+    );
+    for f in [
+        "report.md",
+        "report.html",
+        "timeline.svg",
+        "phases.svg",
+        "burst-sizes.svg",
+    ] {
+        assert!(out.join("iperf").join(f).exists(), "{f} was not written");
+    }
+    drop(probe);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn bad_recordings_are_one_line() {
+    let d = dir("bad");
+    let missing = d.join("nope.parquet");
+    let o = analyze(&[
+        missing.as_os_str(),
+        "--out".as_ref(),
+        d.join("o").as_os_str(),
+    ]);
+    assert_cli_error(&o, &["nope.parquet", "does not exist"]);
+    let junk = d.join("junk.parquet");
+    std::fs::write(&junk, b"not a parquet file at all").unwrap();
+    let o = analyze(&[junk.as_os_str(), "--out".as_ref(), d.join("o").as_os_str()]);
+    assert_cli_error(&o, &["junk.parquet", "not a Parquet file"]);
+    let _ = std::fs::remove_dir_all(&d);
+}
