@@ -12,7 +12,7 @@ use probe_tests::{
 };
 use std::{path::PathBuf, process::Command, time::Duration};
 
-const RECORD_S: u64 = 16;
+const RECORD_S: u64 = 20;
 const IPERF_S: u32 = 8;
 
 fn dir(name: &str) -> PathBuf {
@@ -37,8 +37,18 @@ fn the_traffic_matrix_has_the_bytes_iperf3_sent() {
     let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
     let probe = Probe::start(&pair.a, ProbeOpts::iface(&pair.veth_a));
     let mut recorder = probe::start_recorder(&pair.a, &probe, &rec, RECORD_S).unwrap();
-    // The first snapshot is the recording's baseline: start after it.
-    std::thread::sleep(Duration::from_secs(3));
+    // The first snapshot is the recording's baseline, and a peer's first tick has no rate
+    // (it was not in the previous snapshot): make the peer known with a trickle (1 s of
+    // UDP at 100 kbit/s, ~12 kB), then wait for a tick.
+    std::thread::sleep(Duration::from_secs(2));
+    iperf::run_client(
+        &pair.a,
+        pair.ip_b.into(),
+        iperf::PORT,
+        &ClientOpts::udp(1, "100K"),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
     let report = iperf::run_client(
         &pair.a,
         pair.ip_b.into(),
@@ -69,7 +79,7 @@ fn the_traffic_matrix_has_the_bytes_iperf3_sent() {
         report.sent_bytes
     );
     // Wire bytes: the payload plus Ethernet, IP and TCP headers (about 4.5% at a 1500-byte
-    // MTU), never less than the payload.
+    // MTU) and the trickle, never less than the payload.
     assert!(
         sent >= report.sent_bytes && sent <= 1.10 * report.sent_bytes,
         "probe's matrix says {sent:.0} bytes to {b}, iperf3 sent {:.0}",
