@@ -280,8 +280,13 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
             0.0
         }
     };
-    let ps_server = if n >= 2 {
-        mean(peers.iter().map(|p| sym(p) * recv_first(p)).collect()) * ramp(in_step, 0.3, 0.7)
+    // Over the peers whose order could be told (a direction that did not fold into a shape
+    // has none), at least two of them.
+    let ordered: Vec<&PeerEvidence> = peers.iter().filter(|p| p.order.is_some()).collect();
+    let ps_server = if n >= 2 && ordered.len() >= 2 {
+        mean(peers.iter().map(sym).collect())
+            * mean(ordered.iter().map(|p| recv_first(p)).collect())
+            * ramp(in_step, 0.3, 0.7)
     } else {
         0.0
     };

@@ -162,3 +162,26 @@ fn code(s: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_escapes_text_and_inlines_figures_without_their_xml_declaration() {
+        let mut d = Doc::new("a <b> & c");
+        d.p("run `probe analyze` <now>");
+        d.table(&["x"], vec![vec!["1 < 2".into()]]);
+        d.figure("f.svg", "<?xml version=\"1.0\"?>\n<svg width=\"1\"></svg>".into());
+        let h = d.html();
+        assert!(h.contains("<title>a &lt;b&gt; &amp; c</title>"));
+        assert!(h.contains("run <code>probe analyze</code> &lt;now&gt;"));
+        assert!(h.contains("<td>1 &lt; 2</td>"));
+        assert!(h.contains("<figure id=\"f.svg\"><svg width=\"1\"></svg></figure>"));
+        assert!(!h.contains("<?xml"));
+        let md = d.markdown();
+        assert!(md.starts_with("# a <b> & c\n"));
+        assert!(md.contains("![f.svg](f.svg)"));
+        assert_eq!(d.figures().count(), 1);
+    }
+}

@@ -512,12 +512,12 @@ pub fn active(occ: &[f64]) -> Vec<bool> {
         .collect()
 }
 
-/// A folded profile with a shape: busy somewhere (a median bin at least 20% inside a burst)
+/// A folded profile with a shape: busy somewhere (a median bin at least 10% inside a burst)
 /// and idle somewhere else (a bin below half of that).
 fn shaped(occ: &[f64]) -> bool {
     let max = occ.iter().copied().fold(0.0, f64::max);
     let min = occ.iter().copied().fold(f64::INFINITY, f64::min);
-    max >= 0.2 && min <= 0.5 * max
+    max >= 0.1 && min <= 0.5 * max
 }
 
 /// Window length for the period votes.

@@ -189,3 +189,49 @@ pub fn job_matrix(hosts: &[(String, Option<String>, &Matrix)]) -> JobMatrix {
         bytes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(peers: &[(&str, f64)]) -> Matrix {
+        Matrix {
+            peers: peers
+                .iter()
+                .map(|(p, b)| PeerTraffic {
+                    peer: (*p).into(),
+                    tx_bytes: *b,
+                    rx_bytes: *b,
+                    share: 0.0,
+                    tx_typical: *b,
+                    rx_typical: *b,
+                    direction: "both",
+                    job: true,
+                })
+                .collect(),
+            total_bytes: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_host_without_its_own_address_is_named_by_the_one_its_peers_share() {
+        // A 3-host ring seen from each host: each talks to the two others.
+        let (a, b, c) = (
+            m(&[("10.0.0.2", 5.0), ("10.0.0.3", 1.0)]),
+            m(&[("10.0.0.1", 1.0), ("10.0.0.3", 5.0)]),
+            m(&[("10.0.0.1", 5.0), ("10.0.0.2", 1.0)]),
+        );
+        let hosts = [
+            ("a".to_string(), None, &a),
+            ("b".to_string(), Some("10.0.0.2".to_string()), &b),
+            ("c".to_string(), None, &c),
+        ];
+        let j = job_matrix(&hosts);
+        assert_eq!(j.hosts, ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        assert_eq!(j.addresses, ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        assert_eq!(j.bytes[0], [0.0, 5.0, 1.0]);
+        // One recording alone: nothing to infer from.
+        let j = job_matrix(&hosts[..1]);
+        assert_eq!(j.hosts, ["a"]);
+    }
+}
