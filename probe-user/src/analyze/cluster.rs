@@ -83,8 +83,26 @@ fn silhouette(x: &Array2<f64>, labels: &[usize], k: usize) -> f64 {
 }
 
 pub fn cluster(s: &Series) -> Option<Clusters> {
-    let rows: Vec<(usize, [f64; FEATURES])> = s
+    // A tick without a known iteration is in a stretch where iterations could not be told
+    // apart (stalled, or far slower than usual): the slowest known iteration stands in.
+    let slowest = s
         .features
+        .iter()
+        .map(|f| f[4])
+        .filter(|x| x.is_finite())
+        .fold(f64::NAN, f64::max);
+    let features: Vec<[f64; FEATURES]> = s
+        .features
+        .iter()
+        .map(|f| {
+            let mut f = *f;
+            if !f[4].is_finite() {
+                f[4] = slowest;
+            }
+            f
+        })
+        .collect();
+    let rows: Vec<(usize, [f64; FEATURES])> = features
         .iter()
         .enumerate()
         .filter_map(|(i, f)| Some((i, transform(f)?)))
@@ -134,20 +152,31 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
                         .iter()
                         .zip(&labels)
                         .filter(|(_, l)| **l == c)
-                        .map(|((i, _), _)| s.features[*i][f])
+                        .map(|((i, _), _)| features[*i][f])
                         .collect();
                     median(&mut v).unwrap_or(f64::NAN)
                 })
                 .collect()
         })
         .collect();
-    // Calm: the biggest cluster whose RTT is within 30% of the lowest cluster's (a handful
-    // of odd ticks with a low RTT are not what calm means).
-    let lowest = (0..k).map(|c| medians[c][0]).fold(f64::INFINITY, f64::min);
-    let size = |c: usize| labels.iter().filter(|l| **l == c).count();
+    // Calm: the cluster with the least trouble against the recording as a whole: low RTT,
+    // short iterations, high throughput, few retransmits (a stall has a low RTT too, for
+    // want of traffic, but no throughput).
+    let overall: Vec<f64> = (0..FEATURES)
+        .map(|f| {
+            let mut v: Vec<f64> = rows.iter().map(|(i, _)| features[*i][f]).collect();
+            median(&mut v).unwrap_or(f64::NAN)
+        })
+        .collect();
+    let trouble = |m: &[f64]| -> f64 {
+        (m[0] / overall[0]).ln()
+            + (m[4] / overall[4]).ln()
+            + (overall[2] / m[2]).ln()
+            + ((1.0 + m[3]) / (1.0 + overall[3])).ln()
+    };
     let calm = (0..k)
-        .filter(|&c| medians[c][0] <= 1.3 * lowest)
-        .max_by_key(|&c| size(c))
+        .filter(|&c| trouble(&medians[c]).is_finite())
+        .min_by(|&a, &b| trouble(&medians[a]).total_cmp(&trouble(&medians[b])))
         .unwrap_or(0);
     let clusters = (0..k)
         .map(|c| {

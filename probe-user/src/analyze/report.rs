@@ -172,7 +172,10 @@ mod tests {
         let mut d = Doc::new("a <b> & c");
         d.p("run `probe analyze` <now>");
         d.table(&["x"], vec![vec!["1 < 2".into()]]);
-        d.figure("f.svg", "<?xml version=\"1.0\"?>\n<svg width=\"1\"></svg>".into());
+        d.figure(
+            "f.svg",
+            "<?xml version=\"1.0\"?>\n<svg width=\"1\"></svg>".into(),
+        );
         let h = d.html();
         assert!(h.contains("<title>a &lt;b&gt; &amp; c</title>"));
         assert!(h.contains("run <code>probe analyze</code> &lt;now&gt;"));

@@ -245,12 +245,13 @@ fn coverage(c: &Class, start: f64, end: f64) -> f64 {
     hit.iter().filter(|h| **h).count() as f64 / n as f64
 }
 
-/// Whether period `p` is the job period `t` or a whole multiple of it (a class that also
-/// carries other traffic may lock on to a multiple), within 10%.
+/// Whether period `p` is the job period `t` or a whole multiple of it, up to 8 (a class that
+/// also carries other traffic, or a short window, may lock on to a multiple), within a tenth
+/// of `t` (not of `p`: a short period must not collect every long one by a loose fit).
 fn matches(p: f64, t: f64) -> bool {
     let r = p / t;
     let k = r.round();
-    (1.0..=4.0).contains(&k) && (r - k).abs() <= 0.1 * k
+    (1.0..=8.0).contains(&k) && (r - k).abs() <= 0.1
 }
 
 /// What each candidate class looked like on the way to the job's timing.
@@ -290,7 +291,11 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     // (a class that also carries cross traffic may lock on to a multiple) votes for it. The
     // job keeps its rhythm in every direction it uses, all the time; cross traffic comes
     // and goes, and its own rhythms (pacing) are in fewer directions or windows.
-    let windows = window_periods(classes, start, end);
+    // Each class's period over the whole recording is one more voter (and candidate).
+    let mut windows = window_periods(classes, start, end);
+    for (w, k) in windows.iter_mut().zip(&checks) {
+        w.push(k.period_s);
+    }
     let mut candidates: Vec<f64> = windows
         .iter()
         .flatten()
@@ -323,10 +328,16 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .map(|(v, c)| *v as f64 * c.bytes)
             .sum()
     };
+    // Most votes for the period itself; then most votes counting multiples (a fundamental
+    // that some windows saw only as a multiple); then bytes. Not multiples first: a short
+    // rhythm (a paced cross-traffic flow) divides many periods by chance.
     let period = candidates.iter().copied().max_by(|a, b| {
-        let (va, vb): (usize, usize) =
-            (votes(*a, false).iter().sum(), votes(*b, false).iter().sum());
-        va.cmp(&vb).then(bytes_of(*a).total_cmp(&bytes_of(*b)))
+        let total = |t: f64| votes(t, false).iter().sum::<usize>();
+        let exact = |t: f64| votes(t, true).iter().sum::<usize>();
+        exact(*a)
+            .cmp(&exact(*b))
+            .then(total(*a).cmp(&total(*b)))
+            .then(bytes_of(*a).total_cmp(&bytes_of(*b)))
     });
     // Refined: the median of the window periods near it.
     let period = period.map(|t| {
