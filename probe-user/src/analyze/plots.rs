@@ -88,7 +88,7 @@ fn draw_timeline(a: &Analysis, episodes: &Spans, out: &mut String) -> R {
     let root = SVGBackend::with_string(out, (1000, 720)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(&format!("{}: the job over time", a.recording), (FONT, 20))?;
-    let areas = root.split_by_breakpoints::<i32, i32, _, _>([], [190, 380, 570]);
+    let areas = root.split_by_breakpoints::<i32, i32, _, _>([], [180, 360, 540]);
     let panels: [(&str, Vec<f64>); 3] = [
         (
             "throughput (MB/s)",
@@ -143,8 +143,9 @@ fn draw_timeline(a: &Analysis, episodes: &Spans, out: &mut String) -> R {
         let tick = a.series.tick_s;
         c.draw_series(cl.of_tick.iter().zip(&t).filter_map(|(k, x)| {
             let k = (*k)?;
+            // The band below, the legend above it.
             Some(Rectangle::new(
-                [(*x, 0.1), (*x + tick, 0.9)],
+                [(*x, 0.02), (*x + tick, 0.3)],
                 colour(k + 1).filled(),
             ))
         }))?;
@@ -160,7 +161,7 @@ fn draw_timeline(a: &Analysis, episodes: &Spans, out: &mut String) -> R {
         }
         c.configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
+            .background_style(WHITE)
             .label_font((FONT, 11))
             .draw()?;
     }
