@@ -103,6 +103,21 @@ fn mb(v: f64) -> String {
     num(v / 1e6, 1)
 }
 
+/// A table row: burst size quantiles in kB.
+fn sizes(what: &str, q: &timing::Quantiles) -> Vec<String> {
+    vec![
+        format!("burst size {what} p10 / p50 / p90 / p99"),
+        format!(
+            "{} / {} / {} / {} kB (n={})",
+            num(q.p10 / 1e3, 1),
+            num(q.p50 / 1e3, 1),
+            num(q.p90 / 1e3, 1),
+            num(q.p99 / 1e3, 1),
+            q.n
+        ),
+    ]
+}
+
 /// The report of one recording.
 fn document(
     rec: &Recording,
@@ -286,28 +301,8 @@ fn document(
                 "bytes per iteration (job peers, data bursts)".into(),
                 format!("{} MB", mb(t.bytes_per_iteration)),
             ],
-            vec![
-                "burst size sent p10 / p50 / p90 / p99".into(),
-                format!(
-                    "{} / {} / {} / {} kB (n={})",
-                    num(t.burst_bytes_tx.p10 / 1e3, 1),
-                    num(t.burst_bytes_tx.p50 / 1e3, 1),
-                    num(t.burst_bytes_tx.p90 / 1e3, 1),
-                    num(t.burst_bytes_tx.p99 / 1e3, 1),
-                    t.burst_bytes_tx.n
-                ),
-            ],
-            vec![
-                "burst size received p10 / p50 / p90 / p99".into(),
-                format!(
-                    "{} / {} / {} / {} kB (n={})",
-                    num(t.burst_bytes_rx.p10 / 1e3, 1),
-                    num(t.burst_bytes_rx.p50 / 1e3, 1),
-                    num(t.burst_bytes_rx.p90 / 1e3, 1),
-                    num(t.burst_bytes_rx.p99 / 1e3, 1),
-                    t.burst_bytes_rx.n
-                ),
-            ],
+            sizes("sent", &t.burst_bytes_tx),
+            sizes("received", &t.burst_bytes_rx),
             vec![
                 "burst duration sent p50 / p90".into(),
                 format!(

@@ -7,19 +7,8 @@ use plotters::prelude::*;
 
 use super::{timing::Timing, Analysis};
 
-const FONT: &str = "sans-serif";
-const COLOURS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
+use crate::eval::plots::{COLOURS, FONT};
+
 const EPISODE: RGBColor = RGBColor(250, 128, 114);
 const CHANGE: RGBColor = RGBColor(214, 39, 40);
 

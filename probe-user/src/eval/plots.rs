@@ -42,9 +42,9 @@ pub struct Timeline<'a> {
 
 type DrawResult = Result<(), Box<dyn Error>>;
 
-const FONT: &str = "sans-serif";
+pub const FONT: &str = "sans-serif";
 /// Tableau's ten colours: distinct, and readable by most colour-blind readers.
-const COLOURS: [RGBColor; 10] = [
+pub const COLOURS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

@@ -8,7 +8,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{record::tests::LAB, run, schedule::Kind, summary, LabArgs, OnOff, Pattern};
+use super::{
+    record::tests::{recorded_args, LAB},
+    run,
+    schedule::Kind,
+    summary, LabArgs, OnOff, Pattern,
+};
 
 const TOLERANCE: f64 = 0.10;
 
@@ -33,11 +38,6 @@ fn lab_run(
 ) {
     let _ = std::fs::remove_dir_all(dir);
     run(LabArgs {
-        ranks,
-        pattern,
-        size: 2 << 20,
-        period_ms,
-        duration: Some(duration),
         seed: 3,
         episodes: if kinds.is_empty() {
             OnOff::Off
@@ -45,16 +45,7 @@ fn lab_run(
             OnOff::On
         },
         kinds,
-        link_mbit: 1000,
-        congestion: "cubic".into(),
-        sample_ms: 0,
-        out: None,
-        record: Some(dir.to_path_buf()),
-        probe: std::env::var_os("PROBE_BIN").map(PathBuf::from),
-        corpus: None,
-        corpus_runs: 1,
-        release: false,
-        clean: false,
+        ..recorded_args(dir, pattern, ranks, period_ms, duration)
     })
     .expect("the lab runs with --record");
 }

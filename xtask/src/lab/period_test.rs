@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use super::{
-    record::tests::{read_recording, LAB},
-    run, summary, LabArgs, OnOff, Pattern,
+    record::tests::{read_recording, recorded_args, LAB},
+    run, summary, Pattern,
 };
 
 const DURATION_S: f64 = 24.0;
@@ -37,27 +37,8 @@ fn periods(pattern: Pattern, period_ms: u64) -> (f64, f64) {
         pattern.name()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    run(LabArgs {
-        ranks: 4,
-        pattern,
-        size: 2 << 20,
-        period_ms,
-        duration: Some(DURATION_S),
-        seed: 1,
-        episodes: OnOff::Off,
-        kinds: Vec::new(),
-        link_mbit: 1000,
-        congestion: "cubic".into(),
-        sample_ms: 0,
-        out: None,
-        record: Some(dir.clone()),
-        probe: std::env::var_os("PROBE_BIN").map(PathBuf::from),
-        corpus: None,
-        corpus_runs: 1,
-        release: false,
-        clean: false,
-    })
-    .expect("the lab runs with --record");
+    run(recorded_args(&dir, pattern, 4, period_ms, DURATION_S))
+        .expect("the lab runs with --record");
     let features = dir.join("features.parquet");
     let out = std::process::Command::new(probe_bin())
         .args(["features", "--data"])

@@ -230,6 +230,37 @@ pub(super) mod tests {
         out
     }
 
+    /// The arguments of a calm recorded lab run for a test (2 MiB per iteration, 1 Gbit/s
+    /// links, seed 1, the probe from `PROBE_BIN` or built); callers change what they test.
+    pub(in crate::lab) fn recorded_args(
+        dir: &std::path::Path,
+        pattern: Pattern,
+        ranks: u16,
+        period_ms: u64,
+        duration: f64,
+    ) -> LabArgs {
+        LabArgs {
+            ranks,
+            pattern,
+            size: 2 << 20,
+            period_ms,
+            duration: Some(duration),
+            seed: 1,
+            episodes: OnOff::Off,
+            kinds: Vec::new(),
+            link_mbit: LINK_MBIT,
+            congestion: "cubic".into(),
+            sample_ms: 0,
+            out: None,
+            record: Some(dir.to_path_buf()),
+            probe: std::env::var_os("PROBE_BIN").map(std::path::PathBuf::from),
+            corpus: None,
+            corpus_runs: 1,
+            release: false,
+            clean: false,
+        }
+    }
+
     /// One row of the recording: time, kind, entity, and the numeric columns.
     /// One row of a Parquet file probe wrote: its time, kind, entity and numbers.
     pub(in crate::lab) struct Row {
