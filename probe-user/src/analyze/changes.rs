@@ -65,51 +65,62 @@ fn mean(v: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len() as f64
 }
 
-/// The distance at each tick (NaN near the ends), by window medians.
-pub fn distance(s: &Series) -> Vec<f64> {
-    distance_by(s, med)
+/// The signals in logs, and each one's tick-to-tick noise (the MAD of the differences over
+/// sqrt 2: unlike the MAD of the values, it is not inflated by the very regime changes
+/// looked for).
+struct Scaled {
+    sig: Vec<Vec<f64>>,
+    scales: Vec<f64>,
 }
 
-fn distance_by(s: &Series, stat: fn(&[f64]) -> f64) -> Vec<f64> {
-    let sig = logs(s);
-    let scales: Vec<f64> = sig
-        .iter()
-        .map(|v| {
-            // The tick-to-tick noise (MAD of the differences over sqrt 2): unlike the MAD of
-            // the values, it is not inflated by the very regime changes looked for.
-            let diffs: Vec<f64> = v.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
-            (1.4826 * med(&diffs) / std::f64::consts::SQRT_2).max(MIN_SCALE)
-        })
-        .collect();
-    let n = s.t.len();
-    (0..n)
-        .map(|i| {
-            if i < W || i + W > n {
-                return f64::NAN;
-            }
-            let (mut sum, mut k) = (0.0, 0);
-            for (v, sc) in sig.iter().zip(&scales) {
-                let d = (stat(&v[i..i + W]) - stat(&v[i - W..i])) / sc;
-                if d.is_finite() {
-                    sum += d * d;
-                    k += 1;
+impl Scaled {
+    fn new(s: &Series) -> Self {
+        let sig = logs(s);
+        let scales = sig
+            .iter()
+            .map(|v| {
+                let diffs: Vec<f64> = v.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+                (1.4826 * med(&diffs) / std::f64::consts::SQRT_2).max(MIN_SCALE)
+            })
+            .collect();
+        Scaled { sig, scales }
+    }
+
+    /// The distance at each tick (NaN near the ends) between the `stat` of the W ticks
+    /// before and of the W from it on, in noise units, over all signals.
+    fn distance(&self, stat: fn(&[f64]) -> f64) -> Vec<f64> {
+        let n = self.sig.first().map_or(0, Vec::len);
+        (0..n)
+            .map(|i| {
+                if i < W || i + W > n {
+                    return f64::NAN;
                 }
-            }
-            if k == 0 {
-                f64::NAN
-            } else {
-                sum.sqrt()
-            }
-        })
-        .collect()
+                let (mut sum, mut k) = (0.0, 0);
+                for (v, sc) in self.sig.iter().zip(&self.scales) {
+                    let d = (stat(&v[i..i + W]) - stat(&v[i - W..i])) / sc;
+                    if d.is_finite() {
+                        sum += d * d;
+                        k += 1;
+                    }
+                }
+                if k == 0 {
+                    f64::NAN
+                } else {
+                    sum.sqrt()
+                }
+            })
+            .collect()
+    }
 }
 
-pub fn changes(s: &Series) -> Vec<Change> {
-    let d = distance(s);
+/// The change points, and the distance (by window medians) at each tick.
+pub fn changes(s: &Series) -> (Vec<Change>, Vec<f64>) {
+    let scaled = Scaled::new(s);
+    let d = scaled.distance(med);
     // Window medians find a change but flatten its peak over a few ticks (a median does not
     // move until half its window has); window means, within the peak's reach, say where.
-    let dm = distance_by(s, mean);
-    let sig = logs(s);
+    let dm = scaled.distance(mean);
+    let sig = &scaled.sig;
     let n = d.len();
     let mut out = Vec::new();
     for i in 0..n {
@@ -153,5 +164,5 @@ pub fn changes(s: &Series) -> Vec<Change> {
             what: moved.into_iter().map(|(_, t)| t).collect(),
         });
     }
-    out
+    (out, d)
 }

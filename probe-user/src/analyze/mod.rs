@@ -69,22 +69,20 @@ pub fn analyze(rec: &Recording) -> Analysis {
     job.sort();
     job.dedup();
     matrix.mark_job(&job);
-    let pattern = pattern::classify(&timing.profiles, job.len());
+    let pattern = pattern::classify(&timing.profiles);
     let series = series::series(rec, &job, &timing.iterations);
-    let changes = changes::changes(&series);
+    let (changes, distance) = changes::changes(&series);
     let clusters = cluster::cluster(&series);
-    let mut ticks: Vec<f64> = rec.obs.iter().map(|o| o.time_unix).collect();
-    ticks.dedup();
     Analysis {
         recording: rec.name.clone(),
         start_unix: rec.start(),
         seconds: rec.end() - rec.start(),
-        ticks: ticks.len(),
+        ticks: series.t.len(),
         matrix,
         timing,
         pattern,
         changes,
-        distance: changes::distance(&series),
+        distance,
         series,
         clusters,
         classes: checks,

@@ -24,10 +24,11 @@ pub struct PeerEvidence {
     pub rx_bytes_per_iteration: f64,
     /// min/max of the two directions' bytes: 1 is both ways alike, 0 one-way.
     pub symmetry: f64,
-    /// Share of the quieter direction's activity that overlaps the other's (0..1).
+    /// Overlap of the two directions' folded occupancy over the smaller one's (0..1).
     pub concurrency: f64,
-    /// "send, then receive" or "receive, then send": the order with the shorter gap (a
-    /// reply follows its request closely); None for a one-way or concurrent peer.
+    /// "send, then receive" or "receive, then send": which direction's activity comes
+    /// first, by their circular centroids (a reply within half an iteration of its
+    /// request); None for a one-way peer or directions centred together.
     pub order: Option<&'static str>,
 }
 
@@ -94,8 +95,8 @@ fn widen(a: &[bool], k: usize) -> Vec<bool> {
         .collect()
 }
 
-/// Circular centroid of a profile (bins) and its active width (bins).
-fn centroid(occ: &[f64]) -> (f64, f64) {
+/// Circular centroid of a profile, in bins.
+fn centroid(occ: &[f64]) -> f64 {
     let n = occ.len() as f64;
     let (mut x, mut y) = (0.0, 0.0);
     for (i, w) in occ.iter().enumerate() {
@@ -103,12 +104,10 @@ fn centroid(occ: &[f64]) -> (f64, f64) {
         x += w * a.cos();
         y += w * a.sin();
     }
-    let c = y.atan2(x).rem_euclid(std::f64::consts::TAU) / std::f64::consts::TAU * n;
-    let width = super::timing::active(occ).iter().filter(|a| **a).count() as f64;
-    (c, width)
+    y.atan2(x).rem_euclid(std::f64::consts::TAU) / std::f64::consts::TAU * n
 }
 
-pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
+pub fn classify(profiles: &[Profile]) -> Pattern {
     let mut peers: Vec<PeerEvidence> = Vec::new();
     let mut names: Vec<&str> = profiles.iter().map(|p| p.peer.as_str()).collect();
     names.sort();
@@ -127,15 +126,13 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
         };
         let (concurrency, order) = match (tx.filter(|p| p.shaped), rx.filter(|p| p.shaped)) {
             (Some(t), Some(r)) => {
-                let (ct, wt) = centroid(&t.occupancy);
-                let (cr, wr) = centroid(&r.occupancy);
+                let (ct, cr) = (centroid(&t.occupancy), centroid(&r.occupancy));
                 // Where the send sits after the receive, in bins, in (-n/2, n/2].
                 let n = PHASE_BINS as f64;
                 let mut gap = (ct - cr).rem_euclid(n);
                 if gap > n / 2.0 {
                     gap -= n;
                 }
-                let _ = (wt, wr);
                 // Overlap of the two occupancies over the smaller one's mass: a phase
                 // right after another touches it only at the edge.
                 let both: f64 = t
@@ -181,7 +178,7 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
     }
     let n = peers.len();
     let mut evidence = vec![format!(
-        "{n} peer(s) carry the job's data ({job_peers} by bytes); {}",
+        "{n} peer(s) carry the job's data; {}",
         peers
             .iter()
             .map(|p| format!(
@@ -224,25 +221,23 @@ pub fn classify(profiles: &[Profile], job_peers: usize) -> Pattern {
             b.tx_bytes_per_iteration.max(b.rx_bytes_per_iteration),
         );
         let balance = ramp(sa.min(sb) / sa.max(sb), 0.4, 0.8);
-        // The sending of one overlaps the receiving from the other.
-        let (ia, ib) = (0, 1);
-        let send_a = if a_sends { &tx_act[ia] } else { &tx_act[ib] };
-        let recv_b = if a_sends { &rx_act[ib] } else { &rx_act[ia] };
-        let together = match (send_a, recv_b) {
-            (Some(s), Some(r)) => ramp(co_active(s, r), 0.3, 0.7),
+        // The sending to one overlaps the receiving from the other.
+        let (send, recv) = if a_sends {
+            (&tx_act[0], &rx_act[1])
+        } else {
+            (&tx_act[1], &rx_act[0])
+        };
+        let at_once = match (send, recv) {
+            (Some(s), Some(r)) => co_active(s, r),
             _ => 0.0,
         };
         if opposite > 0.0 {
             evidence.push(format!(
                 "one peer is sent to and the other received from, {:.0}% of the time at once",
-                100.0
-                    * match (send_a, recv_b) {
-                        (Some(s), Some(r)) => co_active(s, r),
-                        _ => 0.0,
-                    }
+                100.0 * at_once
             ));
         }
-        one_way(a).min(one_way(b)) * opposite * balance * together
+        one_way(a).min(one_way(b)) * opposite * balance * ramp(at_once, 0.3, 0.7)
     } else if n == 1 {
         sym(&peers[0]) * ramp(peers[0].concurrency, 0.3, 0.7)
     } else {

@@ -9,7 +9,7 @@ use super::load::Recording;
 use crate::features::{
     bursts::{Burst, Bursts},
     median,
-    period::{Period, PeriodFinder},
+    period::{add_occupancy, Period, PeriodFinder},
 };
 
 /// A burst whose packets average less than this is ACKs, not data.
@@ -119,7 +119,7 @@ pub fn quantiles(v: &mut [f64]) -> Quantiles {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Phase {
-    /// Share of the iteration, from its start (the start of the marker's activity).
+    /// Share of the iteration, from its start (the middle of its quietest phase).
     pub from: f64,
     pub to: f64,
     /// Classes active in it; empty is compute (no job traffic).
@@ -144,7 +144,7 @@ pub struct Timing {
     /// The autocorrelation period over the whole recording (NaN: none).
     pub acf_period_s: f64,
     pub acf_confidence: f64,
-    /// The class whose activity starts each iteration.
+    /// The class whose burst groups mark the iterations.
     pub marker: Option<String>,
     #[serde(skip)]
     pub iterations: Vec<Iteration>,
@@ -193,26 +193,17 @@ fn overlap(intervals: &[(f64, f64)], from: f64, to: f64) -> f64 {
         .sum()
 }
 
-/// Adds the share of each bin of [from, from + len) covered by `spans` to `bins`.
+/// Adds the share of each bin of [from, from + len) covered by `spans` to `bins`, by the
+/// daemon's own occupancy (features/period.rs).
 fn fold(spans: &[Span], from: f64, len: f64, bins: &mut [f64]) {
-    let n = bins.len();
-    let w = len / n as f64;
+    let w = len / bins.len() as f64;
     let first = spans.partition_point(|s| s.end <= from);
-    for s in spans[first..].iter().take_while(|s| s.start < from + len) {
-        let a = ((s.start - from) / w).max(0.0);
-        let b = ((s.end - from) / w).min(n as f64);
-        if b <= a {
-            // An instant burst marks its bin a little, as the period finder does.
-            bins[(a as usize).min(n - 1)] += 0.1;
-            continue;
-        }
-        let mut x = a;
-        while x < b {
-            let bin = x.floor() as usize;
-            let next = ((bin + 1) as f64).min(b);
-            bins[bin.min(n - 1)] += next - x;
-            x = next;
-        }
+    for s in spans[first..]
+        .iter()
+        .take_while(|s| s.start < from + len)
+        .filter(|s| s.end > from)
+    {
+        add_occupancy(bins, from, w, s.start, s.end);
     }
 }
 
@@ -266,10 +257,10 @@ pub struct ClassCheck {
     pub job: bool,
 }
 
-/// The job's timing from the candidate classes (most bytes first): the period of the class
-/// that repeats and runs longest (then most bytes), refined over every class sharing it;
-/// iterations cut at the starts of the biggest such class; then every class folded onto the
-/// iterations, and the ones with a shape there are the job's.
+/// The job's timing from the candidate classes (most bytes first): the period the classes
+/// vote for; iterations cut at the burst groups of the class that keeps it best, moved to
+/// the middle of the quietest phase; then every class folded onto the iterations, and the
+/// ones with a shape there (and present about as long as the others) are the job's.
 pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     let (start, end) = (rec.start(), rec.end());
     let mut checks: Vec<ClassCheck> = classes
@@ -438,26 +429,24 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .collect();
         quantiles(&mut v)
     };
-    let mut size_histogram: Vec<(f64, usize, usize)> = Vec::new();
+    // By power of two: exponent -> (sent, received).
+    let mut by_size: std::collections::BTreeMap<i32, (usize, usize)> = Default::default();
     for &i in &job {
         for b in &classes[i].bursts {
-            let k = b.bytes.max(1.0).log2().floor();
-            let lo = k.exp2();
-            let at = match size_histogram.iter().position(|h| h.0 == lo) {
-                Some(at) => at,
-                None => {
-                    size_histogram.push((lo, 0, 0));
-                    size_histogram.len() - 1
-                }
-            };
+            let e = by_size
+                .entry(b.bytes.max(1.0).log2().floor() as i32)
+                .or_default();
             if classes[i].tx {
-                size_histogram[at].1 += 1;
+                e.0 += 1;
             } else {
-                size_histogram[at].2 += 1;
+                e.1 += 1;
             }
         }
     }
-    size_histogram.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let size_histogram = by_size
+        .into_iter()
+        .map(|(k, (tx, rx))| (f64::from(k).exp2(), tx, rx))
+        .collect();
     let timing = Timing {
         size_histogram,
         acf_period_s: p.seconds,
@@ -593,15 +582,11 @@ fn iterations(starts: &[f64], job: &[Span], end: f64) -> Vec<Iteration> {
 
 /// Each class folded onto the typical iterations (within 30% of the median length).
 fn profiles(classes: &[Class], starts: &[f64], typical: f64) -> Vec<Profile> {
-    let used: Vec<Iteration> = starts
+    // (start, length) of the iterations used.
+    let used: Vec<(f64, f64)> = starts
         .windows(2)
-        .map(|w| Iteration {
-            start: w[0],
-            len: w[1] - w[0],
-            bytes: 0.0,
-            busy_s: 0.0,
-        })
-        .filter(|i| (i.len - typical).abs() <= 0.3 * typical)
+        .map(|w| (w[0], w[1] - w[0]))
+        .filter(|(_, len)| (len - typical).abs() <= 0.3 * typical)
         .collect();
     // The median over iterations of each bin's occupancy: traffic that shares a class with
     // the job for less than half the iterations (cross traffic, an incast) drops out.
@@ -613,9 +598,9 @@ fn profiles(classes: &[Class], starts: &[f64], typical: f64) -> Vec<Profile> {
                 .collect();
             let mut per_iter: Vec<f64> = Vec::with_capacity(used.len());
             let mut bins = vec![0.0; PHASE_BINS];
-            for it in &used {
+            for &(start, len) in &used {
                 bins.iter_mut().for_each(|x| *x = 0.0);
-                fold(&c.bursts, it.start, it.len, &mut bins);
+                fold(&c.bursts, start, len, &mut bins);
                 // Widened by a bin each way, so that a short burst that moves by a bin from
                 // one iteration to the next still has a median.
                 for (b, v) in per_bin.iter_mut().enumerate() {
@@ -623,8 +608,8 @@ fn profiles(classes: &[Class], starts: &[f64], typical: f64) -> Vec<Profile> {
                     let hi = (b + 1).min(PHASE_BINS - 1);
                     v.push(bins[lo..=hi].iter().copied().fold(0.0, f64::max).min(1.0));
                 }
-                let a = c.bursts.partition_point(|s| s.start < it.start);
-                let b = c.bursts.partition_point(|s| s.start < it.start + it.len);
+                let a = c.bursts.partition_point(|s| s.start < start);
+                let b = c.bursts.partition_point(|s| s.start < start + len);
                 per_iter.push(c.bursts[a..b].iter().map(|s| s.bytes).sum());
             }
             Profile {

@@ -123,17 +123,7 @@ impl PeriodFinder {
         self.bins.resize(n, 0.0);
         let to = from + n as f64 * BIN_S;
         for b in bursts.since(from).filter(|b| b.start < to) {
-            let (s, e) = ((b.start - from).max(0.0), (b.end - from).min(to - from));
-            let (first, last) = ((s / BIN_S) as usize, ((e / BIN_S) as usize).min(n - 1));
-            if first == last {
-                self.bins[first] += ((e - s) / BIN_S).max(0.1);
-                continue;
-            }
-            self.bins[first] += (first + 1) as f64 - s / BIN_S;
-            for x in &mut self.bins[first + 1..last] {
-                *x += 1.0;
-            }
-            self.bins[last] += e / BIN_S - last as f64;
+            add_occupancy(&mut self.bins, from, BIN_S, b.start, b.end);
         }
         for x in &mut self.bins {
             *x = x.min(1.0);
@@ -173,6 +163,26 @@ impl PeriodFinder {
             .extend((0..n).map(|k| self.buf[k].re / (n - k) as f64 / r0));
         true
     }
+}
+
+/// Adds to `bins` (each `w` seconds wide, the first starting at `from`) the share of each
+/// bin inside the burst [start, end], which must overlap them. A burst inside one bin marks
+/// it at least 0.1: a single packet has no duration. `probe analyze` folds bursts onto
+/// iterations with it too.
+pub fn add_occupancy(bins: &mut [f64], from: f64, w: f64, start: f64, end: f64) {
+    let n = bins.len();
+    let to = from + n as f64 * w;
+    let (s, e) = ((start - from).max(0.0), (end - from).min(to - from));
+    let (first, last) = (((s / w) as usize).min(n - 1), ((e / w) as usize).min(n - 1));
+    if first == last {
+        bins[first] += ((e - s) / w).max(0.1);
+        return;
+    }
+    bins[first] += (first + 1) as f64 - s / w;
+    for x in &mut bins[first + 1..last] {
+        *x += 1.0;
+    }
+    bins[last] += e / w - last as f64;
 }
 
 /// Vertex of the parabola through a[k-1], a[k], a[k+1], as a fractional lag.
