@@ -1,9 +1,11 @@
 //! The training iteration period of a peer's traffic, from its burst events: the bursts
 //! become an occupancy series in 10 ms bins (share of each bin inside any burst), whose
 //! autocorrelation (by FFT) peaks at the period. The highest peak wins, unless a whole
-//! fraction of its lag (1/2 ... 1/6, repeatedly) also peaks nearly as high: then that
-//! shorter lag is the period and the highest was a multiple of it. Sub-iteration rhythms (the steps of a ring
-//! all-reduce) peak lower and at lags that do not divide the period, so they do not win.
+//! fraction of its lag (1/2, 1/3, ... down to the shortest period) also peaks nearly as
+//! high, a peak counted with its higher neighbour (a period between two lags splits its
+//! peak): then that shorter lag is the period and the highest was a multiple of it.
+//! Sub-iteration rhythms (the steps of a ring all-reduce) peak lower and at lags that do
+//! not divide the period, so they do not win.
 //! The estimate is refined on the furthest multiple of the period still in range, which
 //! divides the bin error by the number of periods spanned.
 use rustfft::{num_complex::Complex, FftPlanner};
@@ -22,8 +24,6 @@ const MIN_HISTORY_S: f64 = 1.0;
 pub const MIN_CONFIDENCE: f64 = 0.3;
 /// A whole fraction of the highest peak's lag wins if its peak is at least this share of it.
 const NEAR_BEST: f64 = 0.85;
-/// The fractions tried: 1/2 ... 1/MAX_DIVISOR.
-const MAX_DIVISOR: usize = 6;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Period {
@@ -90,15 +90,21 @@ impl PeriodFinder {
                 confidence: 0.0,
             };
         };
+        // A peak's height with its higher neighbour's: a period that is not a whole number
+        // of bins splits a narrow peak over two lags, while its multiple (3 x 25.7 bins =
+        // 77.0) may land on one, so single-lag heights would favour the multiple.
+        let mass = |k: usize| a[k] + a[k - 1].max(a[k + 1]).max(0.0);
         // Down to the fundamental: a multiple of the period may peak highest, and a
         // fraction of it may itself be a multiple (top at 8T: 8T/4 = 2T, then 2T/2 = T).
+        // Every fraction down to the shortest period is tried, smallest first: the highest
+        // can be a prime multiple (17 x 21.4 bins = 364.1, the nearest to a whole lag).
         let mut k = top;
-        while let Some(m) = (2..=MAX_DIVISOR).rev().find_map(|d| {
+        while let Some(m) = (2..=k / kmin).rev().find_map(|d| {
             let centre = k as f64 / d as f64;
             let r = (centre * 0.05).max(1.0);
             let (lo, hi) = ((centre - r).ceil() as usize, (centre + r).floor() as usize);
             (lo.max(kmin)..=hi.min(kmax - 1))
-                .filter(|&m| peak(m) && a[m] >= NEAR_BEST * a[top])
+                .filter(|&m| peak(m) && mass(m) >= NEAR_BEST * mass(top))
                 .max_by(|&x, &y| a[x].total_cmp(&a[y]))
         }) {
             k = m;
@@ -269,6 +275,15 @@ mod tests {
         }
         let p = PeriodFinder::default().estimate(&b, 16.0, 16.0);
         assert!((p.seconds - 0.173).abs() / 0.173 < 0.05, "{p:?}");
+    }
+
+    #[test]
+    fn a_narrow_train_off_the_bin_grid_keeps_its_fundamental() {
+        // 7 ms bursts every 25.7 bins (a parameter server on a fast link): the peak at the
+        // period splits over lags 25 and 26, while 3 periods (77.1 bins) land on one lag.
+        let b = bursts(0.257, 0.007, 20.0, |i| 0.0005 * ((i * 7919) % 5) as f64);
+        let p = PeriodFinder::default().estimate(&b, 20.0, 16.0);
+        assert!((p.seconds - 0.257).abs() / 0.257 < 0.02, "{p:?}");
     }
 
     #[test]
