@@ -70,6 +70,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub bpf_log: bool,
 
+    /// TLS, mutual TLS and basic auth for the HTTP server: a YAML file with the keys of the
+    /// Prometheus exporter-toolkit (tls_server_config, basic_auth_users), docs/operations.md.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+
+    /// Do not serve /api/v1/snapshot (it names peers, connections and flows); /metrics and
+    /// /healthz stay. `probe top` and `probe record` need it.
+    #[arg(long = "web.disable-snapshot")]
+    pub disable_snapshot: bool,
+
     /// Spike model directory (`probe train --out`). Default: the built-in model. SIGHUP
     /// reloads it; a bad model is refused and the previous one keeps serving.
     #[arg(long, value_name = "DIR")]

@@ -14,6 +14,10 @@ pub struct Config {
     /// Interface name patterns never to monitor.
     pub exclude: Vec<String>,
     pub listen: SocketAddr,
+    /// `--web.config.file`: TLS and auth of the HTTP server.
+    pub web_config: Option<PathBuf>,
+    /// Serve /api/v1/snapshot.
+    pub snapshot_api: bool,
     pub tick: Duration,
     pub burst_gap: Duration,
     pub tc_attach: TcAttach,
@@ -66,6 +70,8 @@ impl Default for Config {
             include: Vec::new(),
             exclude: Vec::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            web_config: None,
+            snapshot_api: true,
             tick: Duration::from_secs(1),
             burst_gap: Duration::from_millis(1),
             tc_attach: TcAttach::Auto,
@@ -84,6 +90,7 @@ impl Default for Config {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<String>,
+    web: Option<FileWeb>,
     tick: Option<String>,
     burst_gap: Option<String>,
     tc_attach: Option<TcAttach>,
@@ -93,6 +100,13 @@ struct FileConfig {
     maps: Option<MapSizes>,
     rdma: Option<FileRdma>,
     features: Option<FileFeatures>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWeb {
+    config_file: Option<PathBuf>,
+    snapshot: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,6 +150,10 @@ impl Config {
         if let Some(v) = args.listen {
             c.listen = v;
         }
+        if let Some(v) = &args.web_config {
+            c.web_config = Some(v.clone());
+        }
+        c.snapshot_api &= !args.disable_snapshot;
         if let Some(v) = args.tick {
             c.tick = v;
         }
@@ -162,6 +180,14 @@ impl Config {
             self.listen = v
                 .parse()
                 .map_err(|_| anyhow::anyhow!("key `listen`: `{v}` is not an ADDR:PORT"))?;
+        }
+        if let Some(w) = f.web {
+            if let Some(v) = w.config_file {
+                self.web_config = Some(v);
+            }
+            if let Some(v) = w.snapshot {
+                self.snapshot_api = v;
+            }
         }
         if let Some(v) = f.tick {
             self.tick = parse_duration(&v).map_err(|e| anyhow::anyhow!("key `tick`: {e}"))?;

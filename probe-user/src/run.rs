@@ -20,6 +20,8 @@ use crate::{
     export::{
         http::{router, Shared},
         metrics::registry,
+        serve::{protect, serve as serve_http},
+        webconfig::WebConfig,
     },
     host::{iface, privilege},
     model::{self, score::Slot},
@@ -33,15 +35,20 @@ pub fn main(args: RunArgs) -> Result<()> {
     let cfg = Config::resolve(&args)?;
     // A bad model is a configuration error: say so before touching the kernel.
     let model = model::load(cfg.model.as_deref(), &cfg.features)?;
+    // So is a bad web config (a missing certificate, a password that is not a bcrypt hash).
+    let web = match &cfg.web_config {
+        Some(p) => WebConfig::load(p)?,
+        None => WebConfig::default(),
+    };
     privilege::check()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(daemon(cfg, Arc::new(Mutex::new(model.map(Arc::new)))))
+    rt.block_on(daemon(cfg, web, Arc::new(Mutex::new(model.map(Arc::new)))))
 }
 
-async fn daemon(cfg: Config, model: Slot) -> Result<()> {
+async fn daemon(cfg: Config, web: WebConfig, model: Slot) -> Result<()> {
     let listener = TcpListener::bind(cfg.listen).await.map_err(|e| {
         anyhow!(
             "cannot listen on {}: {e} (is another probe running? choose another address with --listen)",
@@ -69,6 +76,7 @@ async fn daemon(cfg: Config, model: Slot) -> Result<()> {
     // From here on, every exit path detaches.
     let result = serve(
         &cfg,
+        &web,
         listener,
         &handle,
         &mut loaded,
@@ -82,8 +90,10 @@ async fn daemon(cfg: Config, model: Slot) -> Result<()> {
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     cfg: &Config,
+    web: &WebConfig,
     listener: TcpListener,
     handle: &rtnetlink::Handle,
     loaded: &mut Loaded,
@@ -104,19 +114,22 @@ async fn serve(
         registry: registry(latest.clone()),
         ready: Default::default(),
     });
-    let app = router(shared.clone());
+    let app = protect(router(shared.clone(), cfg.snapshot_api), web);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let server = {
+        let web = web.clone();
+        tokio::spawn(async move { serve_http(listener, app, &web, stop_rx).await })
+    };
     log_model(&model);
     tracing::info!(
-        "serving http://{}/metrics (tick {:?}, {} interface(s))",
+        "serving {}://{}/metrics{} (tick {:?}, {} interface(s))",
+        if web.tls.is_some() { "https" } else { "http" },
         cfg.listen,
+        if web.auth.is_some() {
+            " with basic auth"
+        } else {
+            ""
+        },
         cfg.tick,
         selected.len()
     );

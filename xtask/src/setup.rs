@@ -28,6 +28,11 @@ const APT_PACKAGES: &[&str] = &[
     "util-linux",
     // probe analyze: its HTML report is opened and screenshotted headless in a test.
     "chromium",
+    // --web.config.file tests: certificates from openssl, a bcrypt hash from htpasswd, curl
+    // as the scraper.
+    "openssl",
+    "apache2-utils",
+    "curl",
 ];
 
 /// Debian's LLVM 22, which bpf-linker links against; the eBPF toolchain's LLVM must be 22 too.

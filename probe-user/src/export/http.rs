@@ -22,12 +22,24 @@ pub struct Shared {
     pub ready: AtomicBool,
 }
 
-pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+/// The routes; `/api/v1/snapshot` only if `snapshot` (it names peers and connections).
+pub fn router(shared: Arc<Shared>, snapshot: bool) -> Router {
+    let r = Router::new()
         .route("/metrics", get(metrics))
-        .route("/api/v1/snapshot", get(snapshot))
-        .route("/healthz", get(healthz))
-        .with_state(shared)
+        .route("/healthz", get(healthz));
+    let r = if snapshot {
+        r.route("/api/v1/snapshot", get(self::snapshot))
+    } else {
+        r.route("/api/v1/snapshot", get(snapshot_disabled))
+    };
+    r.with_state(shared)
+}
+
+async fn snapshot_disabled() -> impl IntoResponse {
+    (
+        StatusCode::NOT_FOUND,
+        "/api/v1/snapshot is turned off on this host (--web.disable-snapshot or web.snapshot = false)\n",
+    )
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {

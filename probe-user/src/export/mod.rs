@@ -3,3 +3,5 @@ pub mod features;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod serve;
+pub mod webconfig;
