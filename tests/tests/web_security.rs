@@ -134,6 +134,15 @@ fn tls_and_basic_auth_follow_the_web_config() {
         &["--cacert", &ca, "-u", &auth, &health],
     );
 
+    // A client that connects and never speaks: scrapes go on, and probe hangs up on it
+    // after its 10 s handshake deadline (checked at the end).
+    let silent = pair
+        .a
+        .enter(|| std::net::TcpStream::connect(("127.0.0.1", 9464)))
+        .unwrap()
+        .unwrap();
+    let connected = Instant::now();
+
     let metrics = url("/metrics");
     let (code, body, _) = curl(&pair, &["--cacert", &ca, "-u", &auth, "-i", &metrics]);
     assert_eq!(code, 200, "{body}");
@@ -177,6 +186,22 @@ fn tls_and_basic_auth_follow_the_web_config() {
     assert!(
         code != 200 && exit != 0,
         "curl trusted a certificate the CA did not sign"
+    );
+
+    silent
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = std::io::Read::read(&mut &silent, &mut buf);
+    let after = connected.elapsed();
+    assert!(
+        matches!(n, Ok(0))
+            || matches!(&n, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the silent client was not hung up on: {n:?} after {after:?}"
+    );
+    assert!(
+        after >= Duration::from_secs(9) && after <= Duration::from_secs(15),
+        "the silent client was hung up on after {after:?}, not the 10 s deadline"
     );
 
     probe.terminate(Duration::from_secs(10));

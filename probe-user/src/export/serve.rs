@@ -13,7 +13,8 @@ use tokio::{io::AsyncWriteExt as _, net::TcpListener, sync::oneshot};
 
 use super::webconfig::WebConfig;
 
-/// A TLS client has this long to finish its handshake.
+/// A TLS client has this long to finish its handshake, and then to send each request's
+/// headers.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The router with the web config's auth and headers applied.
@@ -104,18 +105,12 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let app = app.clone();
         tokio::spawn(async move {
-            let mut tcp = tcp;
-            // A plain HTTP request to the TLS port gets a plain answer that says so, as Go's
-            // servers give, instead of a failed handshake.
-            let mut first = [0u8; 1];
-            if matches!(tcp.peek(&mut first).await, Ok(1) if first[0] != 0x16) {
-                let _ = tcp
-                    .write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
-                    .await;
-                return;
-            }
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
+            // The first byte and the handshake share one deadline: a client that connects
+            // and says nothing does not hold a task and a descriptor for ever.
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tcp, &acceptor)).await
+            {
+                Ok(Ok(Some(s))) => s,
+                Ok(Ok(None)) => return,
                 Ok(Err(e)) => {
                     tracing::debug!("TLS handshake with {peer}: {e}");
                     return;
@@ -127,6 +122,8 @@ pub async fn serve(
             };
             let service = hyper_util::service::TowerToHyperService::new(app);
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT)
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
                 .await
             {
@@ -134,4 +131,19 @@ pub async fn serve(
             }
         });
     }
+}
+
+/// The TLS stream; None if the client spoke plain HTTP (it got a plain answer saying so, as
+/// Go's servers give, instead of a failed handshake).
+async fn handshake(
+    mut tcp: tokio::net::TcpStream,
+    acceptor: &tokio_rustls::TlsAcceptor,
+) -> std::io::Result<Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
+    let mut first = [0u8; 1];
+    if tcp.peek(&mut first).await? == 1 && first[0] != 0x16 {
+        tcp.write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+            .await?;
+        return Ok(None);
+    }
+    acceptor.accept(tcp).await.map(Some)
 }
