@@ -1,34 +1,95 @@
 //! A client of a running daemon's HTTP API (`probe record`, `probe top`): a minimal blocking
-//! HTTP/1.1 GET over a std TcpStream. Plain HTTP on purpose: the API is read on the host
-//! or through a tunnel, and no TLS stack is linked for it.
+//! HTTP/1.1 GET over a std TcpStream, or over rustls for `https://` URLs (a daemon with
+//! `--web.config.file`), with basic auth and a client certificate when it asks for them.
 use std::{
-    io::{Read as _, Write as _},
+    io::{Read, Write},
     net::{SocketAddr, TcpStream, ToSocketAddrs as _},
+    path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use anyhow::{anyhow, bail, Context as _, Result};
+use rustls::{
+    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName},
+    ClientConfig, RootCertStore,
+};
 
 /// A snapshot larger than this is refused (10,000 flows are a few MiB).
 const MAX_BODY: usize = 256 << 20;
+/// Debian's bundle of the system's trusted CAs: the default for https:// URLs.
+const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// Where the daemon is: `http://HOST:PORT[/PREFIX]`.
+/// How to reach a daemon that has a web config: its CA, a client certificate, a password.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ApiAuth {
+    /// For https:// URLs: the CA certificate(s) that signed the daemon's certificate
+    /// (default: the system's, /etc/ssl/certs/ca-certificates.crt).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM), for a daemon that requires one (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "key_file")]
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
+    /// Basic-auth password of the user named in the URL (`https://USER@host:9464`). A
+    /// password in the URL itself also works, but other users of the host see it in `ps`.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+}
+
+/// The TLS settings of an https:// endpoint (compared by identity).
+#[derive(Clone)]
+pub struct Tls(Arc<ClientConfig>);
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls")
+    }
+}
+
+impl PartialEq for Tls {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for Tls {}
+
+/// Where the daemon is: `http[s]://[USER[:PASSWORD]@]HOST:PORT[/PREFIX]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// `HOST:PORT` as given (the Host header).
     pub authority: String,
     /// Path prefix without a trailing slash ("" for none).
     pub prefix: String,
+    pub https: bool,
+    /// `USER` and `PASSWORD` from the URL (or the password file).
+    pub user: Option<(String, String)>,
+    /// Set by [`Endpoint::with_auth`] for https.
+    pub tls: Option<Tls>,
 }
 
 impl Endpoint {
+    /// The URL; `with_auth` must follow for https:// or a password file.
     pub fn parse(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow!("`{url}` is not an http:// URL like http://127.0.0.1:9464"))?;
+        let (https, rest) = if let Some(r) = url.strip_prefix("http://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("https://") {
+            (true, r)
+        } else {
+            bail!("`{url}` is not an http:// or https:// URL like http://127.0.0.1:9464");
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
+        };
+        let (user, authority) = match authority.rsplit_once('@') {
+            Some((u, a)) => {
+                let (name, pass) = u.split_once(':').unwrap_or((u, ""));
+                (Some((name.to_string(), pass.to_string())), a)
+            }
+            None => (None, authority),
         };
         if authority.is_empty() {
             bail!("`{url}` has no host");
@@ -46,11 +107,61 @@ impl Endpoint {
         Ok(Self {
             authority,
             prefix: path.trim_end_matches('/').to_string(),
+            https,
+            user,
+            tls: None,
         })
     }
 
+    /// Reads the password file and, for https, the CA and client certificate.
+    pub fn with_auth(mut self, auth: &ApiAuth) -> Result<Self> {
+        if let Some(p) = &auth.password_file {
+            let Some((_, pass)) = &mut self.user else {
+                bail!("--password-file needs a user in the URL, like https://USER@host:9464");
+            };
+            *pass = std::fs::read_to_string(p)
+                .with_context(|| format!("reading --password-file {}", p.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_string();
+        }
+        if !self.https {
+            if auth.ca_file.is_some() || auth.cert_file.is_some() {
+                bail!("--ca-file and --cert-file are for https:// URLs");
+            }
+            return Ok(self);
+        }
+        let ca = auth
+            .ca_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(SYSTEM_CAS));
+        let mut roots = RootCertStore::empty();
+        for c in pem_certs(&ca, "--ca-file")? {
+            roots
+                .add(c)
+                .map_err(|e| anyhow!("--ca-file {}: {e}", ca.display()))?;
+        }
+        let builder =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| anyhow!("TLS: {e}"))?
+                .with_root_certificates(roots);
+        let cfg = match (&auth.cert_file, &auth.key_file) {
+            (Some(c), Some(k)) => {
+                let key = PrivateKeyDer::from_pem_file(k)
+                    .map_err(|e| anyhow!("--key-file {}: {e}", k.display()))?;
+                builder
+                    .with_client_auth_cert(pem_certs(c, "--cert-file")?, key)
+                    .map_err(|e| anyhow!("--cert-file/--key-file: {e}"))?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        self.tls = Some(Tls(Arc::new(cfg)));
+        Ok(self)
+    }
+
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}{path}", self.authority, self.prefix)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}{}{path}", self.authority, self.prefix)
     }
 
     fn addr(&self) -> Result<SocketAddr> {
@@ -61,22 +172,47 @@ impl Endpoint {
             .ok_or_else(|| anyhow!("{} resolves to no address", self.authority))
     }
 
+    /// The host part of the authority, for TLS's server name.
+    fn host(&self) -> &str {
+        let a = self.authority.as_str();
+        match a.rfind(']') {
+            Some(close) => a[..close].trim_start_matches('['),
+            None => a.rsplit_once(':').map_or(a, |(h, _)| h),
+        }
+    }
+
     /// GET `path` (after the prefix); the body of a 200 response.
     pub fn get(&self, path: &str, timeout: Duration) -> Result<Vec<u8>> {
         let addr = self.addr()?;
-        let mut s = TcpStream::connect_timeout(&addr, timeout)
+        let s = TcpStream::connect_timeout(&addr, timeout)
             .with_context(|| format!("connecting to {addr}"))?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
+        let auth = match &self.user {
+            Some((u, p)) => {
+                use base64::Engine as _;
+                let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+                format!("Authorization: Basic {b64}\r\n")
+            }
+            None => String::new(),
+        };
         let req = format!(
-            "GET {}{path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+            "GET {}{path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n{auth}Connection: close\r\n\r\n",
             self.prefix, self.authority
         );
-        s.write_all(req.as_bytes())?;
-        let mut raw = Vec::new();
-        s.take(MAX_BODY as u64 + 64 * 1024)
-            .read_to_end(&mut raw)
-            .context("reading the response")?;
+        let raw = if self.https {
+            let Some(Tls(cfg)) = &self.tls else {
+                bail!("https:// without TLS settings (Endpoint::with_auth was not called)");
+            };
+            let name = ServerName::try_from(self.host().to_string())
+                .map_err(|e| anyhow!("`{}` is not a TLS server name: {e}", self.host()))?;
+            let conn = rustls::ClientConnection::new(cfg.clone(), name)
+                .map_err(|e| anyhow!("TLS: {e}"))?;
+            exchange(rustls::StreamOwned::new(conn, s), &req)
+                .with_context(|| format!("HTTPS exchange with {addr}"))?
+        } else {
+            exchange(s, &req)?
+        };
         let (status, body) = parse_response(&raw)?;
         if status != 200 {
             let text = String::from_utf8_lossy(&body);
@@ -94,6 +230,31 @@ impl Endpoint {
         let body = self.get(path, timeout)?;
         serde_json::from_slice(&body).with_context(|| format!("decoding the JSON of {path}"))
     }
+}
+
+/// Writes the request, reads the whole response.
+fn exchange(mut s: impl Read + Write, req: &str) -> Result<Vec<u8>> {
+    s.write_all(req.as_bytes())?;
+    s.flush()?;
+    let mut raw = Vec::new();
+    match s.take(MAX_BODY as u64 + 64 * 1024).read_to_end(&mut raw) {
+        Ok(_) => {}
+        // Servers often close TLS without close_notify after `Connection: close`; what was
+        // read is complete if its length says so, which parse_response checks.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e).context("reading the response"),
+    }
+    Ok(raw)
+}
+
+fn pem_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+        .and_then(|i| i.collect::<Result<_, _>>())
+        .map_err(|e| anyhow!("{flag} {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!("{flag} {}: no certificate in it", path.display());
+    }
+    Ok(certs)
 }
 
 /// Status and (de-chunked) body of a complete HTTP/1.x response.
@@ -188,8 +349,17 @@ mod tests {
             Endpoint::parse("http://[::1]").unwrap().authority,
             "[::1]:9464"
         );
-        assert!(Endpoint::parse("https://x:1").is_err());
+        assert!(Endpoint::parse("ftp://x:1").is_err());
         assert!(Endpoint::parse("127.0.0.1:9464").is_err());
+        let e = Endpoint::parse("https://prom:s3cret@[::1]:9000/p").unwrap();
+        assert!(e.https);
+        assert_eq!(e.user, Some(("prom".into(), "s3cret".into())));
+        assert_eq!((e.authority.as_str(), e.host()), ("[::1]:9000", "::1"));
+        assert_eq!(e.url("/x"), "https://[::1]:9000/p/x");
+        assert_eq!(
+            Endpoint::parse("https://h.example").unwrap().host(),
+            "h.example"
+        );
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //!   HTTP to the TLS port gets no metrics.
 //! - Mutual TLS (RequireAndVerifyClientCert): a client certificate from the CA scrapes; no
 //!   client certificate, or one from another CA, is refused in the handshake.
+//! - probe's own client: `probe record` over HTTPS with a password file records the
+//!   interface (a wrong user fails with 401); `probe top --once` works with the client
+//!   certificate.
 //! - `--web.disable-snapshot`: /api/v1/snapshot answers 404, /metrics still serves.
 //! - A bad web config stops the start with one line that names the problem.
 use std::path::Path;
@@ -188,6 +191,49 @@ fn tls_and_basic_auth_follow_the_web_config() {
         "curl trusted a certificate the CA did not sign"
     );
 
+    // probe's own client: `probe record` over HTTPS with the password from a file.
+    let pw = d.join("password");
+    std::fs::write(&pw, format!("{PASSWORD}\n")).unwrap();
+    let pw = pw.to_string_lossy().into_owned();
+    let out = d.join("rec.parquet");
+    let record = |user: &str, out: &Path| {
+        let args: Vec<String> = [
+            "record",
+            "--url",
+            &format!("https://{user}@127.0.0.1:9464"),
+            "--ca-file",
+            &ca,
+            "--password-file",
+            &pw,
+            "--out",
+            &out.to_string_lossy(),
+            "--duration",
+            "3",
+            "--max-failures",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        run_to_exit(probe_command(&pair.a, &args), Duration::from_secs(30)).unwrap()
+    };
+    let o = record(USER, &out);
+    assert!(o.status.success(), "probe record over HTTPS: {}", o.stderr);
+    let rows = probe_tests::parquet::rows(&out).unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.get("entity").and_then(|v| v.as_str()) == Some(pair.veth_a.as_str())),
+        "the recording has no row for {}: {} rows",
+        pair.veth_a,
+        rows.len()
+    );
+    let o = record("nobody", &d.join("rec2.parquet"));
+    assert!(
+        !o.status.success(),
+        "probe record with a wrong user succeeded"
+    );
+    assert!(o.stderr.contains("401"), "{}", o.stderr);
+
     silent
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
@@ -246,6 +292,30 @@ fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
     let (code, body, _) = curl(&pair, &ok);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("# TYPE probe_"), "{body}");
+
+    // probe's own client with the client certificate: `probe top --once`.
+    let args: Vec<String> = [
+        "top",
+        "--once",
+        "--url",
+        "https://127.0.0.1:9464",
+        "--ca-file",
+        &ca,
+        "--cert-file",
+        &cert,
+        "--key-file",
+        &key,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let o = run_to_exit(probe_command(&pair.a, &args), Duration::from_secs(30)).unwrap();
+    assert!(
+        o.status.success(),
+        "probe top --once over mTLS: {}",
+        o.stderr
+    );
+    assert!(o.stdout.contains(&pair.veth_a), "{}", o.stdout);
 
     let metrics = "https://127.0.0.1:9464/metrics";
     let (code, body, exit) = curl(&pair, &["--cacert", &ca, metrics]);

@@ -30,9 +30,13 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecordArgs {
-    /// The daemon to record (`probe run`'s --listen address).
+    /// The daemon to record (`probe run`'s --listen address; https:// and USER@ for a
+    /// daemon with --web.config.file).
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
     pub url: String,
+
+    #[command(flatten)]
+    pub auth: crate::apiclient::ApiAuth,
 
     /// The Parquet file to write (observations); burst events go beside it, in
     /// FILE.events.parquet for FILE.parquet.
@@ -180,7 +184,7 @@ fn progress_bar(duration: Option<Duration>) -> Option<ProgressBar> {
 }
 
 pub fn main(args: RecordArgs) -> Result<()> {
-    let endpoint = Endpoint::parse(&args.url)?;
+    let endpoint = Endpoint::parse(&args.url)?.with_auth(&args.auth)?;
     let events_out = events_path(&args.out);
     for p in [&args.out, &events_out] {
         if p.exists() && !args.force {

@@ -32,9 +32,12 @@ const SNAPSHOT: &str = "/api/v1/snapshot";
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct TopArgs {
-    /// The daemon's HTTP address.
+    /// The daemon's HTTP address (https:// and USER@ for a daemon with --web.config.file).
     #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
     pub url: String,
+
+    #[command(flatten)]
+    pub auth: crate::apiclient::ApiAuth,
 
     /// How often to read the daemon, e.g. `1s`, `500ms`.
     #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
@@ -46,7 +49,7 @@ pub struct TopArgs {
 }
 
 pub fn main(args: TopArgs) -> Result<()> {
-    let ep = Endpoint::parse(&args.url)?;
+    let ep = Endpoint::parse(&args.url)?.with_auth(&args.auth)?;
     if args.once {
         return once(&ep, &args);
     }
