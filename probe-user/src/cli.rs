@@ -80,6 +80,12 @@ pub struct RunArgs {
     #[arg(long = "web.disable-snapshot")]
     pub disable_snapshot: bool,
 
+    /// Check the host and exit: privileges, kernel (BTF, TCX), cgroup v2, tracefs and each
+    /// tracepoint, the listen address, the interfaces and what would be attached. Loads and
+    /// attaches nothing; exit status 1 if probe run would not start.
+    #[arg(long)]
+    pub check: bool,
+
     /// Spike model directory (`probe train --out`). Default: the built-in model. SIGHUP
     /// reloads it; a bad model is refused and the previous one keeps serving.
     #[arg(long, value_name = "DIR")]

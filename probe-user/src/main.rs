@@ -11,6 +11,7 @@ use clap::Parser as _;
 mod analyze;
 mod apiclient;
 mod bpf;
+mod check;
 mod cli;
 mod collect;
 mod config;

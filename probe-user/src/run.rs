@@ -40,6 +40,9 @@ pub fn main(args: RunArgs) -> Result<()> {
         Some(p) => WebConfig::load(p)?,
         None => WebConfig::default(),
     };
+    if args.check {
+        return crate::check::main(&cfg, &web, model.as_ref());
+    }
     privilege::check()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -11,12 +11,18 @@ use anyhow::{anyhow, bail, Context as _, Result};
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
+/// The root of a mounted tracefs, if there is one.
+pub fn mounted() -> Option<PathBuf> {
+    [TRACEFS, DEBUGFS_TRACING]
+        .into_iter()
+        .find(|p| Path::new(p).join("events").is_dir())
+        .map(PathBuf::from)
+}
+
 /// The tracefs root, mounting it at /sys/kernel/tracing if no tracefs is mounted.
 pub fn root() -> Result<PathBuf> {
-    for p in [TRACEFS, DEBUGFS_TRACING] {
-        if Path::new(p).join("events").is_dir() {
-            return Ok(PathBuf::from(p));
-        }
+    if let Some(p) = mounted() {
+        return Ok(p);
     }
     let target = CString::new(TRACEFS)?;
     let fstype = CString::new("tracefs")?;

@@ -1,0 +1,272 @@
+//! `probe run --check`: what `probe run` would find on this host and what it would attach,
+//! without changing anything (no program loaded, nothing mounted or attached). Each line is
+//! ok, warn (probe runs, with something off) or FAIL (probe would not start); any FAIL makes
+//! the exit status 1.
+use std::{net::TcpListener, path::Path};
+
+use anyhow::{bail, Result};
+
+use crate::{
+    cli::TcAttach,
+    config::Config,
+    export::webconfig::WebConfig,
+    host::{cgroup, iface, privilege, tracefs},
+    model::score::Bound,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+struct Report {
+    lines: Vec<(Level, &'static str, String)>,
+}
+
+impl Report {
+    fn add(&mut self, level: Level, what: &'static str, detail: impl Into<String>) {
+        self.lines.push((level, what, detail.into()));
+    }
+}
+
+/// The tracepoints probe attaches: (category, event, what is lost without it).
+const TRACEPOINTS: [(&str, &str, &str); 4] = [
+    (
+        "tcp",
+        "tcp_retransmit_skb",
+        "retransmits of sockets opened before probe are not counted",
+    ),
+    (
+        "tcp",
+        "tcp_probe",
+        "smoothed RTT refreshed once per round trip only",
+    ),
+    ("skb", "kfree_skb", "no drops by reason"),
+    (
+        "qdisc",
+        "qdisc_dequeue",
+        "no qdisc sojourn time (backlog still works)",
+    ),
+];
+
+pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> {
+    let mut r = Report { lines: Vec::new() };
+    r.add(
+        Level::Ok,
+        "config",
+        format!(
+            "tick {:?}, listen {}, top_peers {}, maps flows {} conns {} peers {}",
+            cfg.tick, cfg.listen, cfg.top_peers, cfg.maps.flows, cfg.maps.conns, cfg.maps.peers
+        ),
+    );
+    match model {
+        Some(b) => {
+            let i = b.info();
+            r.add(
+                Level::Ok,
+                "model",
+                format!("{} from {}: {} models", i.model, i.source, i.models),
+            );
+        }
+        None => r.add(
+            Level::Warn,
+            "model",
+            "none (no built-in model and no --model): no spike probabilities or forecasts",
+        ),
+    }
+    r.add(
+        Level::Ok,
+        "web",
+        format!(
+            "{}{}{}",
+            if web.tls.is_some() { "https" } else { "http" },
+            if web.auth.is_some() {
+                ", basic auth"
+            } else {
+                ", no auth"
+            },
+            if cfg.snapshot_api {
+                ", /api/v1/snapshot on"
+            } else {
+                ", /api/v1/snapshot off"
+            }
+        ),
+    );
+    match TcpListener::bind(cfg.listen) {
+        Ok(_) => r.add(Level::Ok, "listen", format!("{} is free", cfg.listen)),
+        Err(e) => r.add(Level::Fail, "listen", format!("{}: {e}", cfg.listen)),
+    }
+
+    let sys_admin = privilege::has_sys_admin();
+    match privilege::check() {
+        Ok(()) if sys_admin => r.add(Level::Ok, "privileges", "CAP_SYS_ADMIN (all of them)"),
+        Ok(()) => r.add(
+            Level::Warn,
+            "privileges",
+            "CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON; without CAP_SYS_ADMIN: no BPF run-time statistics and no tracefs mount",
+        ),
+        Err(e) => r.add(Level::Fail, "privileges", format!("{e:#}")),
+    }
+
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|e| format!("unknown ({e})"));
+    r.add(Level::Ok, "kernel", release);
+    if Path::new("/sys/kernel/btf/vmlinux").is_file() {
+        r.add(Level::Ok, "BTF", "/sys/kernel/btf/vmlinux");
+    } else {
+        r.add(
+            Level::Fail,
+            "BTF",
+            "no /sys/kernel/btf/vmlinux: the eBPF object needs a kernel built with CONFIG_DEBUG_INFO_BTF",
+        );
+    }
+    match cgroup::cgroup2_mount() {
+        Ok(p) => r.add(
+            Level::Ok,
+            "cgroup v2",
+            format!("{} (sock_ops attaches to its root)", p.display()),
+        ),
+        Err(e) => r.add(
+            Level::Warn,
+            "cgroup v2",
+            format!("{e:#}; per-connection RTT would be off"),
+        ),
+    }
+
+    // tracefs, without mounting it.
+    let root = tracefs::mounted();
+    match &root {
+        Some(p) => r.add(Level::Ok, "tracefs", p.display().to_string()),
+        None if sys_admin => r.add(
+            Level::Ok,
+            "tracefs",
+            "not mounted; probe run mounts it at /sys/kernel/tracing",
+        ),
+        None if tracefs_in_mount_table() => r.add(
+            Level::Warn,
+            "tracefs",
+            "mounted, but its events/ is not readable by this user: every tracepoint would be off",
+        ),
+        None => r.add(
+            Level::Warn,
+            "tracefs",
+            "not mounted, and mounting it needs CAP_SYS_ADMIN: every tracepoint would be off (mount -t tracefs tracefs /sys/kernel/tracing)",
+        ),
+    }
+    let mut tracepoints = Vec::new();
+    for (cat, ev, lost) in TRACEPOINTS {
+        let Some(root) = &root else { continue };
+        match tracefs::EventFormat::read(root, cat, ev) {
+            Ok(_) => tracepoints.push(format!("{cat}:{ev}")),
+            Err(e) => r.add(Level::Warn, "tracepoint", format!("{e:#}: {lost}")),
+        }
+    }
+
+    let tcx = aya::util::KernelVersion::current()
+        .map(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
+        .unwrap_or(false);
+    let mode = match cfg.tc_attach {
+        TcAttach::Tcx if !tcx => {
+            r.add(
+                Level::Fail,
+                "tc",
+                "--tc-attach tcx needs kernel >= 6.6; use --tc-attach netlink or auto",
+            );
+            "tcx"
+        }
+        TcAttach::Tcx => "TCX links",
+        TcAttach::Auto if tcx => "TCX links",
+        _ => "netlink filters on a clsact qdisc",
+    };
+
+    let selected = interfaces(cfg);
+    match &selected {
+        Ok(names) if names.is_empty() => r.add(
+            Level::Warn,
+            "interfaces",
+            "none matches (or none is up): TCP metrics only until one appears",
+        ),
+        Ok(names) => r.add(Level::Ok, "interfaces", names.join(", ")),
+        Err(e) => r.add(Level::Fail, "interfaces", format!("{e:#}")),
+    }
+    if cfg.rdma.enabled {
+        let root = &cfg.rdma.poller.sysfs_root;
+        let devices: Vec<String> = std::fs::read_dir(root)
+            .map(|d| {
+                d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if devices.is_empty() {
+            r.add(
+                Level::Ok,
+                "rdma",
+                format!("no device under {}", root.display()),
+            );
+        } else {
+            r.add(Level::Ok, "rdma", devices.join(", "));
+        }
+    }
+
+    for (level, what, detail) in &r.lines {
+        let tag = match level {
+            Level::Ok => "ok  ",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        println!("{tag}  {what:<11} {detail}");
+    }
+    let mut attach = Vec::new();
+    if let Ok(names) = &selected {
+        if !names.is_empty() {
+            attach.push(format!(
+                "TC ingress and egress programs on {} ({mode})",
+                names.join(", ")
+            ));
+        }
+    }
+    attach.push("sock_ops on the cgroup v2 root".into());
+    if !tracepoints.is_empty() {
+        attach.push(format!("tracepoints {}", tracepoints.join(", ")));
+    }
+    println!("would attach: {}", attach.join("; "));
+
+    let fails: Vec<&str> = r
+        .lines
+        .iter()
+        .filter(|l| l.0 == Level::Fail)
+        .map(|l| l.1)
+        .collect();
+    let warns = r.lines.iter().filter(|l| l.0 == Level::Warn).count();
+    if !fails.is_empty() {
+        bail!("probe run would not start here: {}", fails.join(", "));
+    }
+    println!("ready ({warns} warning(s))");
+    Ok(())
+}
+
+/// The interfaces `probe run` would attach to now.
+fn interfaces(cfg: &Config) -> Result<Vec<String>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let (conn, handle, _) = rtnetlink::new_connection()?;
+        tokio::spawn(conn);
+        let all = iface::from_dump(&iface::dump(&handle).await?);
+        Ok(iface::select(cfg, &all)?
+            .into_iter()
+            .map(|i| i.name)
+            .collect())
+    })
+}
+
+fn tracefs_in_mount_table() -> bool {
+    std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+    })
+}
