@@ -6,6 +6,7 @@
 //! - `bench`: measures probe's overhead against a release build.
 //! - `lab`: the distributed-training traffic lab.
 //! - `model`: the built-in spike model from a lab corpus, trained and evaluated.
+//! - `dist`: the Debian package.
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
 use std::os::unix::process::CommandExt as _;
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod build;
+mod dist;
 mod lab;
 mod model;
 mod setup;
@@ -44,6 +46,9 @@ enum Command {
     Lab(lab::LabArgs),
     /// Regenerates the built-in spike model from a lab corpus (needs root; hours).
     Model(model::ModelArgs),
+    /// Builds the Debian package (release binary, hardened unit, default config) into
+    /// target/dist.
+    Dist(dist::DistArgs),
 }
 
 #[derive(clap::Args)]
@@ -66,6 +71,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Lab(args) => lab::run(args),
         Command::Model(args) => model::run(args),
+        Command::Dist(args) => dist::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -33,6 +33,9 @@ const APT_PACKAGES: &[&str] = &[
     "openssl",
     "apache2-utils",
     "curl",
+    // cargo xtask dist: objcopy strips the binary, dpkg-shlibdeps computes Depends.
+    "binutils",
+    "dpkg-dev",
 ];
 
 /// Debian's LLVM 22, which bpf-linker links against; the eBPF toolchain's LLVM must be 22 too.

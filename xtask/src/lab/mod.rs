@@ -27,6 +27,13 @@ mod observe;
 #[cfg(test)]
 mod period_test;
 mod record;
+
+/// The lab's turn, for tests elsewhere in xtask that must not run while a lab records
+/// (sock_ops is host-wide).
+#[cfg(test)]
+pub fn test_lock() -> std::sync::MutexGuard<'static, ()> {
+    record::tests::LAB.lock().unwrap_or_else(|e| e.into_inner())
+}
 mod schedule;
 mod summary;
 mod timeline;
