@@ -322,31 +322,13 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     // Most votes for the period itself; then most votes counting multiples (a fundamental
     // that some windows saw only as a multiple); then bytes. Not multiples first: a short
     // rhythm (a paced cross-traffic flow) divides many periods by chance.
-    let total = |t: f64| votes(t, false).iter().sum::<usize>();
-    let exact = |t: f64| votes(t, true).iter().sum::<usize>();
     let period = candidates.iter().copied().max_by(|a, b| {
+        let total = |t: f64| votes(t, false).iter().sum::<usize>();
+        let exact = |t: f64| votes(t, true).iter().sum::<usize>();
         exact(*a)
             .cmp(&exact(*b))
             .then(total(*a).cmp(&total(*b)))
             .then(bytes_of(*a).total_cmp(&bytes_of(*b)))
-    });
-    // A multiple can still win when several classes locked on to it: a whole fraction of
-    // the winner that was itself found about half as often, and that every voter for the
-    // winner also votes for (a multiple of a multiple), is the period. A chance divisor (a
-    // paced flow's rhythm) is found in its own class's windows only, far fewer.
-    let period = period.map(|t| {
-        candidates
-            .iter()
-            .copied()
-            .filter(|&s| {
-                let k = (t / s).round();
-                k >= 2.0
-                    && (t / s - k).abs() <= 0.1
-                    && 2 * exact(s) >= exact(t)
-                    && total(s) >= total(t)
-            })
-            .min_by(f64::total_cmp)
-            .unwrap_or(t)
     });
     // Refined: the median of the window periods near it.
     let period = period.map(|t| {
