@@ -7,7 +7,7 @@ use std::{net::TcpListener, path::Path};
 use anyhow::{bail, Result};
 
 use crate::{
-    cli::TcAttach,
+    bpf::{load::TRACEPOINTS, tc::Mode},
     config::Config,
     export::webconfig::WebConfig,
     host::{cgroup, iface, privilege, tracefs},
@@ -30,26 +30,6 @@ impl Report {
         self.lines.push((level, what, detail.into()));
     }
 }
-
-/// The tracepoints probe attaches: (category, event, what is lost without it).
-const TRACEPOINTS: [(&str, &str, &str); 4] = [
-    (
-        "tcp",
-        "tcp_retransmit_skb",
-        "retransmits of sockets opened before probe are not counted",
-    ),
-    (
-        "tcp",
-        "tcp_probe",
-        "smoothed RTT refreshed once per round trip only",
-    ),
-    ("skb", "kfree_skb", "no drops by reason"),
-    (
-        "qdisc",
-        "qdisc_dequeue",
-        "no qdisc sojourn time (backlog still works)",
-    ),
-];
 
 pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> {
     let mut r = Report { lines: Vec::new() };
@@ -157,29 +137,21 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
         ),
     }
     let mut tracepoints = Vec::new();
-    for (cat, ev, lost) in TRACEPOINTS {
+    for tp in &TRACEPOINTS {
         let Some(root) = &root else { continue };
-        match tracefs::EventFormat::read(root, cat, ev) {
-            Ok(_) => tracepoints.push(format!("{cat}:{ev}")),
-            Err(e) => r.add(Level::Warn, "tracepoint", format!("{e:#}: {lost}")),
+        match tracefs::EventFormat::read(root, tp.category, tp.event) {
+            Ok(_) => tracepoints.push(format!("{}:{}", tp.category, tp.event)),
+            Err(e) => r.add(Level::Warn, "tracepoint", format!("{e:#}: {}", tp.lost)),
         }
     }
 
-    let tcx = aya::util::KernelVersion::current()
-        .map(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
-        .unwrap_or(false);
-    let mode = match cfg.tc_attach {
-        TcAttach::Tcx if !tcx => {
-            r.add(
-                Level::Fail,
-                "tc",
-                "--tc-attach tcx needs kernel >= 6.6; use --tc-attach netlink or auto",
-            );
-            "tcx"
+    let mode = match Mode::resolve(cfg.tc_attach) {
+        Ok(Mode::Tcx) => "TCX links",
+        Ok(Mode::Netlink) => "netlink filters on a clsact qdisc",
+        Err(e) => {
+            r.add(Level::Fail, "tc", format!("{e:#}"));
+            "none"
         }
-        TcAttach::Tcx => "TCX links",
-        TcAttach::Auto if tcx => "TCX links",
-        _ => "netlink filters on a clsact qdisc",
     };
 
     let selected = interfaces(cfg);

@@ -123,31 +123,32 @@ impl Loaded {
                 "per-connection RTT is off: sock_ops could not attach: {e:#}; flow accounting and retransmits still work"
             ),
         }
-        match retx.and_then(|_| attach_tracepoint(&mut ebpf, names::TCP_RETRANSMIT, "tcp", "tcp_retransmit_skb")) {
-            Ok(()) => hooks.tcp_retransmit = true,
-            Err(e) => tracing::warn!(
-                "retransmits of sockets opened before probe started are not counted: tracepoint tcp:tcp_retransmit_skb: {e:#}"
-            ),
-        }
-        match probe.and_then(|_| attach_tracepoint(&mut ebpf, names::TCP_PROBE, "tcp", "tcp_probe")) {
-            Ok(()) => hooks.tcp_probe = true,
-            Err(e) => tracing::warn!(
-                "smoothed RTT is refreshed once per round trip only: tracepoint tcp:tcp_probe: {e:#}"
-            ),
-        }
-        match drops.and_then(|_| attach_tracepoint(&mut ebpf, names::KFREE_SKB, "skb", "kfree_skb"))
-        {
-            Ok(()) => hooks.kfree_skb = true,
-            Err(e) => tracing::warn!("drops by reason are off: tracepoint skb:kfree_skb: {e:#}"),
-        }
-        match qdisc.and_then(|_| {
-            attach_tracepoint(&mut ebpf, names::QDISC_DEQUEUE, "qdisc", "qdisc_dequeue")
-        }) {
-            Ok(()) => hooks.qdisc = true,
-            Err(e) => tracing::warn!(
-                "qdisc sojourn time is off (backlog from netlink still works): tracepoint qdisc:qdisc_dequeue: {e:#}"
-            ),
-        }
+        let attached: Vec<bool> = [retx, probe, drops, qdisc]
+            .into_iter()
+            .zip(&TRACEPOINTS)
+            .map(|(offsets, tp)| {
+                match offsets
+                    .and_then(|_| attach_tracepoint(&mut ebpf, tp.program, tp.category, tp.event))
+                {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(
+                            "{}: tracepoint {}:{}: {e:#}",
+                            tp.lost,
+                            tp.category,
+                            tp.event
+                        );
+                        false
+                    }
+                }
+            })
+            .collect();
+        (
+            hooks.tcp_retransmit,
+            hooks.tcp_probe,
+            hooks.kfree_skb,
+            hooks.qdisc,
+        ) = (attached[0], attached[1], attached[2], attached[3]);
 
         let stats = if crate::host::privilege::has_sys_admin() {
             match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
@@ -174,6 +175,42 @@ impl Loaded {
         })
     }
 }
+
+/// A tracepoint probe attaches, and what is lost without it.
+pub struct Tracepoint {
+    pub category: &'static str,
+    pub event: &'static str,
+    pub program: &'static str,
+    pub lost: &'static str,
+}
+
+/// In the order the loader reads their offsets; `probe run --check` lists the same.
+pub const TRACEPOINTS: [Tracepoint; 4] = [
+    Tracepoint {
+        category: "tcp",
+        event: "tcp_retransmit_skb",
+        program: names::TCP_RETRANSMIT,
+        lost: "retransmits of sockets opened before probe started are not counted",
+    },
+    Tracepoint {
+        category: "tcp",
+        event: "tcp_probe",
+        program: names::TCP_PROBE,
+        lost: "smoothed RTT is refreshed once per round trip only",
+    },
+    Tracepoint {
+        category: "skb",
+        event: "kfree_skb",
+        program: names::KFREE_SKB,
+        lost: "drops by reason are off",
+    },
+    Tracepoint {
+        category: "qdisc",
+        event: "qdisc_dequeue",
+        program: names::QDISC_DEQUEUE,
+        lost: "qdisc sojourn time is off (backlog from netlink still works)",
+    },
+];
 
 fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<String> {
     let root = cgroup::cgroup2_mount()?;

@@ -33,6 +33,26 @@ pub enum Mode {
     Netlink,
 }
 
+impl Mode {
+    /// The mode `want` means on this kernel (TCX needs 6.6); `probe run --check` asks too.
+    pub fn resolve(want: TcAttach) -> Result<Mode> {
+        let tcx_ok = KernelVersion::current()
+            .map(|v| v >= KernelVersion::new(6, 6, 0))
+            .unwrap_or(false);
+        Ok(match want {
+            TcAttach::Tcx if !tcx_ok => {
+                return Err(anyhow!(
+                    "--tc-attach tcx needs kernel >= 6.6; use --tc-attach netlink or auto"
+                ))
+            }
+            TcAttach::Tcx => Mode::Tcx,
+            TcAttach::Netlink => Mode::Netlink,
+            TcAttach::Auto if tcx_ok => Mode::Tcx,
+            TcAttach::Auto => Mode::Netlink,
+        })
+    }
+}
+
 struct Attachment {
     iface: Iface,
     ingress: (&'static str, SchedClassifierLinkId),
@@ -68,20 +88,7 @@ fn marker(iface: &Iface) -> PathBuf {
 impl TcAttacher {
     /// Loads the four TC programs into the kernel and resolves the attach mode.
     pub fn new(ebpf: &mut Ebpf, want: TcAttach) -> Result<Self> {
-        let tcx_ok = KernelVersion::current()
-            .map(|v| v >= KernelVersion::new(6, 6, 0))
-            .unwrap_or(false);
-        let mode = match want {
-            TcAttach::Tcx if !tcx_ok => {
-                return Err(anyhow!(
-                    "--tc-attach tcx needs kernel >= 6.6; use --tc-attach netlink or auto"
-                ))
-            }
-            TcAttach::Tcx => Mode::Tcx,
-            TcAttach::Netlink => Mode::Netlink,
-            TcAttach::Auto if tcx_ok => Mode::Tcx,
-            TcAttach::Auto => Mode::Netlink,
-        };
+        let mode = Mode::resolve(want)?;
         for name in ALL_PROGRAMS {
             let p: &mut SchedClassifier = ebpf
                 .program_mut(name)
