@@ -39,25 +39,8 @@ pub struct ApiAuth {
     pub password_file: Option<PathBuf>,
 }
 
-/// The TLS settings of an https:// endpoint (compared by identity).
-#[derive(Clone)]
-pub struct Tls(Arc<ClientConfig>);
-
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tls")
-    }
-}
-
-impl PartialEq for Tls {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-impl Eq for Tls {}
-
 /// Where the daemon is: `http[s]://[USER[:PASSWORD]@]HOST:PORT[/PREFIX]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Endpoint {
     /// `HOST:PORT` as given (the Host header).
     pub authority: String,
@@ -67,7 +50,7 @@ pub struct Endpoint {
     /// `USER` and `PASSWORD` from the URL (or the password file).
     pub user: Option<(String, String)>,
     /// Set by [`Endpoint::with_auth`] for https.
-    pub tls: Option<Tls>,
+    pub tls: Option<Arc<ClientConfig>>,
 }
 
 impl Endpoint {
@@ -155,7 +138,7 @@ impl Endpoint {
             }
             _ => builder.with_no_client_auth(),
         };
-        self.tls = Some(Tls(Arc::new(cfg)));
+        self.tls = Some(Arc::new(cfg));
         Ok(self)
     }
 
@@ -201,7 +184,7 @@ impl Endpoint {
             self.prefix, self.authority
         );
         let raw = if self.https {
-            let Some(Tls(cfg)) = &self.tls else {
+            let Some(cfg) = &self.tls else {
                 bail!("https:// without TLS settings (Endpoint::with_auth was not called)");
             };
             let name = ServerName::try_from(self.host().to_string())

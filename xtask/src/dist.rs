@@ -45,16 +45,6 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-fn version() -> Result<String> {
-    let toml = std::fs::read_to_string(build::root().join("Cargo.toml"))?;
-    let v = toml
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("version = \""))
-        .and_then(|r| r.strip_suffix('"'))
-        .context("no version in the workspace Cargo.toml")?;
-    Ok(v.to_owned())
-}
-
 /// Builds the package and returns its path.
 pub fn build_deb(args: &DistArgs) -> Result<PathBuf> {
     let bin = if args.debug {
@@ -102,7 +92,8 @@ pub fn build_deb(args: &DistArgs) -> Result<PathBuf> {
     let depends = shlib_depends(&staged_bin, &out)?;
     let arch = output(Command::new("dpkg").arg("--print-architecture"))?;
     let size_kib: u64 = walk_size(&stage)? / 1024;
-    let version = version()?;
+    // xtask shares the workspace version.
+    let version = env!("CARGO_PKG_VERSION");
     let debian = dir("DEBIAN")?;
     std::fs::write(
         debian.join("control"),

@@ -4,7 +4,7 @@
 //! medians differ by more than 5%.
 use serde::Serialize;
 
-use super::Analysis;
+use super::{timing, Analysis};
 use crate::features::median;
 
 #[derive(Clone, Debug, Serialize)]
@@ -99,27 +99,13 @@ fn samples(what: &str, a: &[f64], b: &[f64], unit: &str, scale: f64, digits: usi
 }
 
 pub fn compare(a: &Analysis, b: &Analysis) -> Vec<Row> {
-    let lens = |x: &Analysis| {
-        x.timing
-            .iterations
-            .iter()
-            .map(|i| i.len)
-            .collect::<Vec<f64>>()
+    // One value per iteration of a recording.
+    let per_iter = |x: &Analysis, f: fn(&timing::Iteration) -> f64| -> Vec<f64> {
+        x.timing.iterations.iter().map(f).collect()
     };
-    let bytes = |x: &Analysis| {
-        x.timing
-            .iterations
-            .iter()
-            .map(|i| i.bytes)
-            .collect::<Vec<f64>>()
-    };
-    let duty = |x: &Analysis| {
-        x.timing
-            .iterations
-            .iter()
-            .map(|i| i.busy_s / i.len)
-            .collect::<Vec<f64>>()
-    };
+    let lens = |x: &Analysis| per_iter(x, |i| i.len);
+    let bytes = |x: &Analysis| per_iter(x, |i| i.bytes);
+    let duty = |x: &Analysis| per_iter(x, |i| i.busy_s / i.len);
     let steps = |x: &Analysis| {
         x.timing
             .iterations

@@ -102,6 +102,13 @@ fn mb(v: f64) -> String {
 }
 
 /// A table row: burst size quantiles in kB.
+fn durations(what: &str, q: &timing::Quantiles) -> Vec<String> {
+    vec![
+        format!("burst duration {what} p50 / p90"),
+        format!("{} / {} ms", num(1e3 * q.p50, 2), num(1e3 * q.p90, 2)),
+    ]
+}
+
 fn sizes(what: &str, q: &timing::Quantiles) -> Vec<String> {
     vec![
         format!("burst size {what} p10 / p50 / p90 / p99"),
@@ -301,22 +308,8 @@ fn document(
             ],
             sizes("sent", &t.burst_bytes_tx),
             sizes("received", &t.burst_bytes_rx),
-            vec![
-                "burst duration sent p50 / p90".into(),
-                format!(
-                    "{} / {} ms",
-                    num(1e3 * t.burst_seconds_tx.p50, 2),
-                    num(1e3 * t.burst_seconds_tx.p90, 2)
-                ),
-            ],
-            vec![
-                "burst duration received p50 / p90".into(),
-                format!(
-                    "{} / {} ms",
-                    num(1e3 * t.burst_seconds_rx.p50, 2),
-                    num(1e3 * t.burst_seconds_rx.p90, 2)
-                ),
-            ],
+            durations("sent", &t.burst_seconds_tx),
+            durations("received", &t.burst_seconds_rx),
         ],
     );
     d.h(2, "Phases of one iteration");
