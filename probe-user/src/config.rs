@@ -172,6 +172,15 @@ impl Config {
         Ok(c)
     }
 
+    /// The defaults with a config file's text applied and checked, as `--config` reads it.
+    pub fn from_toml(text: &str) -> Result<Config> {
+        let mut c = Config::default();
+        c.apply_file(text)?;
+        c.features.tick = c.tick;
+        c.validate()?;
+        Ok(c)
+    }
+
     fn apply_file(&mut self, text: &str) -> Result<()> {
         // toml's messages already name the key and line; keep them on one line.
         let f: FileConfig =
@@ -297,10 +306,7 @@ mod tests {
     use super::*;
 
     fn from_file(text: &str) -> Result<Config> {
-        let mut c = Config::default();
-        c.apply_file(text)?;
-        c.validate()?;
-        Ok(c)
+        Config::from_toml(text)
     }
 
     #[test]

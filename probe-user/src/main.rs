@@ -1,35 +1,8 @@
-//! probe: eBPF network telemetry for distributed AI training hosts.
-//!
-//! Data flows one way: kernel maps -> collectors (`collect`) -> per-tick `snapshot` ->
-//! `observe` -> `features` -> `fold` -> exporter (`export`), in the order `pipeline` lists.
-//! `bpf` loads and attaches; `host` answers questions about the host. Beside the daemon:
-//! `record` (to Parquet), `dataset` (`probe features`: replay + labels), `top`.
+//! `probe`: the command line over the library's stages (lib.rs).
 use std::{io::IsTerminal as _, process::ExitCode};
 
 use clap::Parser as _;
-
-mod analyze;
-mod apiclient;
-mod bpf;
-mod check;
-mod cli;
-mod collect;
-mod config;
-mod dataset;
-mod eval;
-mod export;
-mod features;
-mod fold;
-mod host;
-mod lifecycle;
-mod model;
-mod observe;
-mod pipeline;
-mod record;
-mod run;
-mod snapshot;
-mod top;
-mod train;
+use probe_user::{analyze, cli, dataset, eval, record, run, top, train};
 
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {

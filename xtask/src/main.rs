@@ -7,6 +7,7 @@
 //! - `lab`: the distributed-training traffic lab.
 //! - `model`: the built-in spike model from a lab corpus, trained and evaluated.
 //! - `dist`: the Debian package.
+//! - `fuzz [--seconds N]`: the cargo-fuzz targets of probe's parsers (`fuzz/`).
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
 use std::os::unix::process::CommandExt as _;
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 mod bench;
 mod build;
 mod dist;
+mod fuzz;
 mod lab;
 mod model;
 mod setup;
@@ -49,6 +51,8 @@ enum Command {
     /// Builds the Debian package (release binary, hardened unit, default config) into
     /// target/dist.
     Dist(dist::DistArgs),
+    /// Fuzzes probe's parsers (cargo-fuzz, libFuzzer) for --seconds per target.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 #[derive(clap::Args)]
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab::run(args),
         Command::Model(args) => model::run(args),
         Command::Dist(args) => dist::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,6 +42,7 @@ const APT_PACKAGES: &[&str] = &[
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
 const LLVM_MAJOR: u32 = 22;
 const BPF_LINKER_INSTALL: &str = "cargo install bpf-linker --version ^0.13 --no-default-features --features llvm-22 --locked --force";
+const CARGO_FUZZ_INSTALL: &str = "cargo install cargo-fuzz --version ^0.13 --locked";
 /// LightGBM 4.x (built from source by lightgbm3-sys) needs a newer CMake than Debian 12's 3.25.
 const CMAKE_MIN: (u32, u32) = (3, 28);
 
@@ -52,6 +53,7 @@ pub fn run() -> Result<()> {
     acted |= rust_components()?;
     acted |= nightly()?;
     acted |= bpf_linker()?;
+    acted |= cargo_fuzz()?;
     acted |= cmake_for_lightgbm()?;
     // libclang may have arrived just now: pick it up for the builds that follow.
     build::prepare_env();
@@ -177,7 +179,7 @@ fn rust_components() -> Result<bool> {
 /// The toolchain probe-user/build.rs hands aya-build: a dated nightly
 /// (`Toolchain::Custom("nightly-YYYY-MM-DD")`, possibly through a const) when build.rs names
 /// one, else aya-build's default, `nightly`. Reading it from build.rs keeps the two in step.
-fn ebpf_toolchain() -> String {
+pub fn ebpf_toolchain() -> String {
     let build_rs = build::root().join("probe-user").join("build.rs");
     let text = std::fs::read_to_string(build_rs).unwrap_or_default();
     dated_nightly(&text).unwrap_or_else(|| "nightly".to_owned())
@@ -268,6 +270,22 @@ fn bpf_linker() -> Result<bool> {
     let try_cmd = format!("PATH={LLVM_BIN}:$PATH {BPF_LINKER_INSTALL}");
     if !status(&mut cmd)? || output("bpf-linker", &["--version"]).is_none() {
         bail!("setup: could not install bpf-linker 0.13 (needs apt package llvm-22-dev); try: {try_cmd}");
+    }
+    Ok(true)
+}
+
+/// cargo-fuzz (`cargo xtask fuzz`; the short runs are part of `cargo xtask test`).
+fn cargo_fuzz() -> Result<bool> {
+    if output("cargo", &["fuzz", "--version"]).is_some() {
+        return Ok(false);
+    }
+    println!("setup: installing cargo-fuzz 0.13 (cargo install, about a minute)");
+    let mut cmd = Command::new("cargo");
+    cmd.args(CARGO_FUZZ_INSTALL.split(' ').skip(1))
+        .env_remove("CARGO_TARGET_DIR")
+        .current_dir(std::env::temp_dir());
+    if !status(&mut cmd)? || output("cargo", &["fuzz", "--version"]).is_none() {
+        bail!("setup: could not install cargo-fuzz; try: {CARGO_FUZZ_INSTALL}");
     }
     Ok(true)
 }

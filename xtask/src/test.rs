@@ -123,6 +123,9 @@ fn run_tests(cmd: &mut Command, summaries: &mut Summaries) -> Result<std::proces
     Ok(child.wait()?)
 }
 
+/// Seconds per fuzz target in `cargo xtask test`.
+const FUZZ_SECONDS: u64 = 10;
+
 pub fn run(args: TestArgs) -> Result<()> {
     crate::setup::run()?;
 
@@ -155,6 +158,13 @@ pub fn run(args: TestArgs) -> Result<()> {
         ),
         step("debug build", cargo_with(&["build", "-p", "probe-user"])),
     ];
+    if !args.quick {
+        // A short run of every fuzz target from its seeds: the seeds and what a few seconds
+        // of mutation find must not crash (the long runs are in docs/operations.md).
+        let mut fuzz = Command::new(std::env::current_exe()?);
+        fuzz.args(["fuzz", "--seconds", &FUZZ_SECONDS.to_string()]);
+        steps.push(step("fuzz (short)", fuzz));
+    }
     if !args.quick {
         let probe = build::target_dir().join("debug").join("probe");
         let mut cmd = cargo_with(&[

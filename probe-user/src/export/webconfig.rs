@@ -73,7 +73,8 @@ impl WebConfig {
         Self::parse(&text, dir).with_context(|| format!("web config file {}", path.display()))
     }
 
-    fn parse(text: &str, dir: &Path) -> Result<WebConfig> {
+    /// Parses the YAML text; relative paths resolve against `dir`.
+    pub fn parse(text: &str, dir: &Path) -> Result<WebConfig> {
         let f: File = if text.trim().is_empty() {
             File::default()
         } else {

@@ -240,6 +240,10 @@ impl Schema {
         self.names.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
     pub fn index(&self, name: &str) -> Option<usize> {
         self.index.get(name).copied()
     }

@@ -83,7 +83,8 @@ impl EventFormat {
     }
 }
 
-fn parse_symbolic(text: &str, field: &str) -> HashMap<u32, String> {
+/// The `__print_symbolic` table of `field` in a print format (empty if there is none).
+pub fn parse_symbolic(text: &str, field: &str) -> HashMap<u32, String> {
     let mut out = HashMap::new();
     let marker = format!("__print_symbolic(REC->{field},");
     let Some(start) = text.find(&marker) else {
@@ -110,7 +111,8 @@ fn parse_symbolic(text: &str, field: &str) -> HashMap<u32, String> {
     out
 }
 
-fn parse_format(text: &str) -> Option<HashMap<String, (u32, u32)>> {
+/// The fields of a `format` file: name -> (offset, size); None if a field line is malformed.
+pub fn parse_format(text: &str) -> Option<HashMap<String, (u32, u32)>> {
     let mut out = HashMap::new();
     for line in text.lines() {
         let line = line.trim();

@@ -5,7 +5,7 @@
 //!
 //! `client` fetches snapshots, `columns` is the schema (two tables), `writer` the Parquet
 //! file, `reader` reads tables back (`probe features`).
-mod client;
+pub mod client;
 pub mod columns;
 pub mod reader;
 pub mod writer;

@@ -4,12 +4,12 @@
 //!
 //! A reader thread polls the API and hands snapshots (or errors) to the UI thread over a
 //! channel, so a slow or dead daemon never freezes the keys.
-mod app;
+pub mod app;
 mod fmt;
 mod frame;
-mod model;
-mod text;
-mod ui;
+pub mod model;
+pub mod text;
+pub mod ui;
 
 use std::{
     io::Write as _,

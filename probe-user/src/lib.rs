@@ -1,0 +1,32 @@
+//! probe: eBPF network telemetry for distributed AI training hosts.
+//!
+//! Data flows one way: kernel maps -> collectors (`collect`) -> per-tick `snapshot` ->
+//! `observe` -> `features` -> `fold` -> exporter (`export`), in the order `pipeline` lists.
+//! `bpf` loads and attaches; `host` answers questions about the host. Beside the daemon:
+//! `record` (to Parquet), `dataset` (`probe features`: replay + labels), `top`.
+//!
+//! The library holds every stage; `main.rs` is the command line. The split lets the fuzz
+//! targets (`fuzz/`) call the parsers the daemon uses.
+
+pub mod analyze;
+pub mod apiclient;
+pub mod bpf;
+pub mod check;
+pub mod cli;
+pub mod collect;
+pub mod config;
+pub mod dataset;
+pub mod eval;
+pub mod export;
+pub mod features;
+pub mod fold;
+pub mod host;
+pub mod lifecycle;
+pub mod model;
+pub mod observe;
+pub mod pipeline;
+pub mod record;
+pub mod run;
+pub mod snapshot;
+pub mod top;
+pub mod train;
