@@ -1,9 +1,68 @@
 //! Monotonic totals from kernel counters that can restart. An LRU map may evict an entry and
 //! recreate it from zero; summing per-tick deltas (and taking a recreated entry's value as
 //! its delta) keeps every exported counter monotonic.
-use std::hash::Hash;
+//!
+//! A series whose kernel entries are all gone (evicted, or deleted as idle) is dropped after
+//! [`SERIES_IDLE`]: without that, every peer ever seen would keep a series, and the daemon's
+//! memory and tick would grow with peer churn for as long as it runs. A series that comes
+//! back later starts from zero, which Prometheus reads as a counter reset.
+use std::{
+    hash::Hash,
+    time::{Duration, Instant},
+};
 
 use rustc_hash::FxHashMap as HashMap;
+
+/// How long a series outlives its last kernel entry (the fold stage keeps a top-K slot as
+/// long: `fold::PEER_IDLE`).
+pub const SERIES_IDLE: Duration = Duration::from_secs(600);
+
+/// When each series last had a kernel entry.
+pub struct LastSeen<A> {
+    seen: HashMap<A, Instant>,
+    /// The time of the last `expire`: every series touched until the next one gets it.
+    now: Instant,
+}
+
+impl<A> Default for LastSeen<A> {
+    fn default() -> Self {
+        Self {
+            seen: HashMap::default(),
+            now: Instant::now(),
+        }
+    }
+}
+
+impl<A: Eq + Hash + Clone> LastSeen<A> {
+    /// `series` had a kernel entry this tick.
+    pub fn touch(&mut self, series: &A) {
+        match self.seen.get_mut(series) {
+            Some(t) => *t = self.now,
+            None => {
+                self.seen.insert(series.clone(), self.now);
+            }
+        }
+    }
+
+    /// Ends a tick at `now`: the series without a kernel entry for longer than
+    /// [`SERIES_IDLE`], which the caller drops.
+    pub fn expire(&mut self, now: Instant) -> Vec<A> {
+        self.now = now;
+        let mut gone = Vec::new();
+        self.seen.retain(|a, t| {
+            let keep = now.saturating_duration_since(*t) <= SERIES_IDLE;
+            if !keep {
+                gone.push(a.clone());
+            }
+            keep
+        });
+        gone
+    }
+
+    pub fn forget(&mut self, keep: impl Fn(&A) -> bool) {
+        self.seen.retain(|a, _| keep(a));
+    }
+}
 
 /// Kernel entries keyed by `K` (the map key), totals keyed by `A` (the exported series).
 /// Values are flat vectors of counters of a fixed length per use.
@@ -11,6 +70,7 @@ pub struct DeltaTotals<K, A> {
     prev: HashMap<K, Vec<u64>>,
     seen: HashMap<K, Vec<u64>>,
     totals: HashMap<A, Vec<u64>>,
+    last_seen: LastSeen<A>,
 }
 
 impl<K: Eq + Hash, A: Eq + Hash> Default for DeltaTotals<K, A> {
@@ -19,6 +79,7 @@ impl<K: Eq + Hash, A: Eq + Hash> Default for DeltaTotals<K, A> {
             prev: HashMap::default(),
             seen: HashMap::default(),
             totals: HashMap::default(),
+            last_seen: LastSeen::default(),
         }
     }
 }
@@ -30,6 +91,7 @@ impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
         // Any counter going down means the entry was recreated: count it from zero.
         let reset =
             before.is_none_or(|b| b.len() != now.len() || now.iter().zip(b).any(|(n, b)| n < b));
+        self.last_seen.touch(&series);
         let t = self
             .totals
             .entry(series)
@@ -47,17 +109,26 @@ impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
         self.seen.insert(key, now);
     }
 
-    /// Ends a tick: entries not seen this tick are forgotten.
+    /// Ends a tick: entries not seen this tick are forgotten, and series without an entry
+    /// for [`SERIES_IDLE`] are dropped.
     pub fn finish(&mut self) {
+        self.finish_at(Instant::now());
+    }
+
+    fn finish_at(&mut self, now: Instant) {
         self.prev = std::mem::take(&mut self.seen);
+        for a in self.last_seen.expire(now) {
+            self.totals.remove(&a);
+        }
     }
 
     pub fn totals(&self) -> &HashMap<A, Vec<u64>> {
         &self.totals
     }
 
-    pub fn retain(&mut self, mut keep: impl FnMut(&A) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(&A) -> bool) {
         self.totals.retain(|a, _| keep(a));
+        self.last_seen.forget(keep);
     }
 }
 
@@ -80,5 +151,32 @@ mod tests {
         d.add(2, "s", vec![2, 2]);
         d.finish();
         assert_eq!(d.totals()["s"], vec![20, 3]);
+    }
+
+    #[test]
+    fn a_series_without_entries_is_dropped_after_the_idle_time() {
+        let t0 = Instant::now();
+        let mut d: DeltaTotals<u32, &str> = DeltaTotals::default();
+        d.add(1, "a", vec![5]);
+        d.add(2, "b", vec![7]);
+        d.finish_at(t0);
+        // Only a's entry stays in the map, for longer than the idle time.
+        for s in 1..=SERIES_IDLE.as_secs() + 2 {
+            d.add(1, "a", vec![5 + s]);
+            d.finish_at(t0 + Duration::from_secs(s));
+        }
+        assert_eq!(
+            d.totals().get("a"),
+            Some(&vec![5 + SERIES_IDLE.as_secs() + 2])
+        );
+        assert_eq!(
+            d.totals().get("b"),
+            None,
+            "b had no entry for longer than SERIES_IDLE"
+        );
+        // b's key comes back: a new series, from what the entry holds.
+        d.add(2, "b", vec![3]);
+        d.finish_at(t0 + SERIES_IDLE * 2);
+        assert_eq!(d.totals().get("b"), Some(&vec![3]));
     }
 }

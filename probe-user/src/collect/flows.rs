@@ -4,13 +4,13 @@
 //! when full, and this collector deletes flows idle longer than `idle_timeout`). Counters
 //! stay monotonic because only deltas since the previous tick are added to the per-series
 //! totals; a recreated entry is recognised by its new `first_seen_ns`.
-use std::net::IpAddr;
+use std::{net::IpAddr, time::Instant};
 
 use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats, DIR_EGRESS};
 use rustc_hash::FxHashMap;
 
-use super::{batch::MapReader, top::TopN};
+use super::{batch::MapReader, delta::LastSeen, top::TopN};
 
 /// Flows reported in the snapshot's top_flows.
 const TOP_FLOWS: usize = 32;
@@ -59,6 +59,8 @@ pub struct FlowCollector {
     /// Last reading of each flow, and the tick it was last seen in.
     prev: FxHashMap<FlowKey, (FlowStats, u64)>,
     totals: FxHashMap<SeriesKey, Totals>,
+    /// Series whose flows are all gone are dropped after `delta::SERIES_IDLE`.
+    last_seen: LastSeen<SeriesKey>,
     tick: u64,
     evictions: u64,
     idle_timeout_ns: u64,
@@ -100,6 +102,7 @@ impl FlowCollector {
             nonip,
             prev: FxHashMap::default(),
             totals: FxHashMap::default(),
+            last_seen: LastSeen::default(),
             tick: 0,
             evictions: 0,
             idle_timeout_ns,
@@ -128,6 +131,7 @@ impl FlowCollector {
                     direction: k.direction,
                     peer,
                 };
+                self.last_seen.touch(&key);
                 self.totals.entry(key).or_default().add_delta(&v, before);
             }
             let tick_bytes = v.bytes - before.map_or(0, |b| b.bytes.min(v.bytes));
@@ -151,6 +155,9 @@ impl FlowCollector {
         let before = self.prev.len();
         self.prev.retain(|_, (_, seen)| *seen == tick);
         self.evictions += (before - self.prev.len()) as u64;
+        for key in self.last_seen.expire(Instant::now()) {
+            self.totals.remove(&key);
+        }
 
         let nonip = self
             .nonip
@@ -182,6 +189,7 @@ impl FlowCollector {
     /// Forgets an interface that went away: its series stop being exported.
     pub fn forget_interface(&mut self, ifindex: u32) {
         self.totals.retain(|k, _| k.ifindex != ifindex);
+        self.last_seen.forget(|k| k.ifindex != ifindex);
         self.prev.retain(|k, _| k.ifindex != ifindex);
         for direction in [probe_ebpf::DIR_INGRESS, probe_ebpf::DIR_EGRESS] {
             let _ = self.nonip.remove(&IfaceKey {
