@@ -44,6 +44,26 @@ const FILES: &[File] = &[
     ("hw_counters", "rnr_nak_retry_err"),
 ];
 
+/// A RoCE port directory as mlx5 shows it (`<device>/ports/<N>`): ACTIVE, LinkUp,
+/// 100 Gb/s, Ethernet, and `files` at 0.
+pub fn write_port(port: &Path, files: &[File]) -> Result<()> {
+    for g in ["counters", "hw_counters"] {
+        std::fs::create_dir_all(port.join(g))?;
+    }
+    for (f, v) in [
+        ("state", "4: ACTIVE"),
+        ("phys_state", "5: LinkUp"),
+        ("rate", "100 Gb/sec (4X EDR)"),
+        ("link_layer", "Ethernet"),
+    ] {
+        std::fs::write(port.join(f), format!("{v}\n"))?;
+    }
+    for (g, f) in files {
+        std::fs::write(port.join(g).join(f), "0\n")?;
+    }
+    Ok(())
+}
+
 pub struct FakePort {
     root: PathBuf,
     /// Per-second increments by file; the ticker reads them each step.
@@ -63,20 +83,7 @@ impl FakePort {
         // The class directory probe lists is a subdirectory, so that the ticker's temporary
         // file beside it is never taken for a device.
         let port = root.join("infiniband").join(device).join("ports/1");
-        for g in ["counters", "hw_counters"] {
-            std::fs::create_dir_all(port.join(g))?;
-        }
-        for (f, v) in [
-            ("state", "4: ACTIVE"),
-            ("phys_state", "5: LinkUp"),
-            ("rate", "100 Gb/sec (4X EDR)"),
-            ("link_layer", "Ethernet"),
-        ] {
-            std::fs::write(port.join(f), format!("{v}\n"))?;
-        }
-        for (g, f) in FILES {
-            std::fs::write(port.join(g).join(f), "0\n")?;
-        }
+        write_port(&port, FILES)?;
         let rates = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {

@@ -8,6 +8,8 @@
 //! - `model`: the built-in spike model from a lab corpus, trained and evaluated.
 //! - `dist`: the Debian package.
 //! - `fuzz [--seconds N]`: the cargo-fuzz targets of probe's parsers (`fuzz/`).
+//! - `soak`: the churn soak (the daemon under interface, peer, map, RDMA, scraper and
+//!   signal churn; fails on leaks, missed ticks, kernel leftovers, backwards counters).
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
 use std::os::unix::process::CommandExt as _;
@@ -20,6 +22,7 @@ mod fuzz;
 mod lab;
 mod model;
 mod setup;
+mod soak;
 mod test;
 
 #[derive(Parser)]
@@ -53,6 +56,8 @@ enum Command {
     Dist(dist::DistArgs),
     /// Fuzzes probe's parsers (cargo-fuzz, libFuzzer) for --seconds per target.
     Fuzz(fuzz::FuzzArgs),
+    /// Runs the daemon under churn for --minutes and checks it levels off (needs root).
+    Soak(soak::SoakArgs),
 }
 
 #[derive(clap::Args)]
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
         Command::Model(args) => model::run(args),
         Command::Dist(args) => dist::run(args),
         Command::Fuzz(args) => fuzz::run(args),
+        Command::Soak(args) => soak::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -177,6 +177,10 @@ pub fn run(args: TestArgs) -> Result<()> {
         ]);
         cmd.env("PROBE_BIN", &probe);
         steps.push(test_step("integration tests", cmd));
+        // The churn soak, 3 minutes, on the debug build just made (docs/operations.md).
+        let mut soak = Command::new(std::env::current_exe()?);
+        soak.args(["soak", "--minutes", "3", "--probe"]).arg(&probe);
+        steps.push(step("churn soak", soak));
     }
     let (rules, rule_tests) = rule_files()?;
     if !rule_tests.is_empty() {

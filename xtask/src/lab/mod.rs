@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(test)]
 mod analyze_test;
-mod cmd;
+pub(crate) mod cmd;
 mod corpus;
 mod episodes;
 mod observe;
@@ -37,7 +37,7 @@ pub fn test_lock() -> std::sync::MutexGuard<'static, ()> {
 mod schedule;
 mod summary;
 mod timeline;
-mod topo;
+pub(crate) mod topo;
 
 use episodes::unix_now;
 use schedule::{Episode, Kind, Plan};

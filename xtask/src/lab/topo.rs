@@ -148,6 +148,11 @@ impl Lab {
         p.status
     }
 
+    /// The pid of a process started with [`Lab::spawn`].
+    pub fn pid(&self, id: ProcId) -> u32 {
+        self.procs[id.0].child.id()
+    }
+
     pub fn label(&self, id: ProcId) -> &str {
         &self.procs[id.0].label
     }
