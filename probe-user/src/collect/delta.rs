@@ -2,10 +2,12 @@
 //! recreate it from zero; summing per-tick deltas (and taking a recreated entry's value as
 //! its delta) keeps every exported counter monotonic.
 //!
-//! A series whose kernel entries are all gone (evicted, or deleted as idle) is dropped after
-//! [`SERIES_IDLE`]: without that, every peer ever seen would keep a series, and the daemon's
-//! memory and tick would grow with peer churn for as long as it runs. A series that comes
-//! back later starts from zero, which Prometheus reads as a counter reset.
+//! A series that has not moved for [`SERIES_IDLE`] is dropped, even while its kernel entry
+//! stays (the per-peer histogram maps hold 16,384 peers and only evict under pressure):
+//! without that, every peer ever seen would keep a series, and the daemon's memory and tick
+//! would grow with peer churn for as long as it runs. An entry that moves again starts its
+//! series from that move, which Prometheus reads as a counter reset; one that does not move
+//! does not bring its series back.
 use std::{
     hash::Hash,
     time::{Duration, Instant},
@@ -13,11 +15,12 @@ use std::{
 
 use rustc_hash::FxHashMap as HashMap;
 
-/// How long a series outlives its last kernel entry (the fold stage keeps a top-K slot as
-/// long: `fold::PEER_IDLE`).
+/// How long a series outlives its last change (the fold stage keeps a top-K slot as long:
+/// `fold::PEER_IDLE`).
 pub const SERIES_IDLE: Duration = Duration::from_secs(600);
 
-/// When each series last had a kernel entry.
+/// When each series last moved (DeltaTotals) or had a kernel entry (the flow collector,
+/// which deletes idle flows from the kernel map itself).
 pub struct LastSeen<A> {
     seen: HashMap<A, Instant>,
     /// The time of the last `expire`: every series touched until the next one gets it.
@@ -34,7 +37,7 @@ impl<A> Default for LastSeen<A> {
 }
 
 impl<A: Eq + Hash + Clone> LastSeen<A> {
-    /// `series` had a kernel entry this tick.
+    /// `series` moved (or had an entry) this tick.
     pub fn touch(&mut self, series: &A) {
         match self.seen.get_mut(series) {
             Some(t) => *t = self.now,
@@ -44,8 +47,8 @@ impl<A: Eq + Hash + Clone> LastSeen<A> {
         }
     }
 
-    /// Ends a tick at `now`: the series without a kernel entry for longer than
-    /// [`SERIES_IDLE`], which the caller drops.
+    /// Ends a tick at `now`: the series not touched for longer than [`SERIES_IDLE`], which
+    /// the caller drops.
     pub fn expire(&mut self, now: Instant) -> Vec<A> {
         self.now = now;
         let mut gone = Vec::new();
@@ -91,20 +94,26 @@ impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
         // Any counter going down means the entry was recreated: count it from zero.
         let reset =
             before.is_none_or(|b| b.len() != now.len() || now.iter().zip(b).any(|(n, b)| n < b));
-        self.last_seen.touch(&series);
-        let t = self
-            .totals
-            .entry(series)
-            .or_insert_with(|| vec![0; now.len()]);
-        if t.len() < now.len() {
-            t.resize(now.len(), 0);
-        }
-        for (i, n) in now.iter().enumerate() {
-            t[i] += if reset {
-                *n
+        let delta = |i: usize| {
+            if reset {
+                now[i]
             } else {
-                n - before.map_or(0, |b| b[i])
-            };
+                now[i] - before.map_or(0, |b| b[i])
+            }
+        };
+        // An entry that did not move neither keeps its series alive nor brings it back.
+        if (0..now.len()).any(|i| delta(i) > 0) {
+            self.last_seen.touch(&series);
+            let t = self
+                .totals
+                .entry(series)
+                .or_insert_with(|| vec![0; now.len()]);
+            if t.len() < now.len() {
+                t.resize(now.len(), 0);
+            }
+            for (i, v) in t.iter_mut().enumerate().take(now.len()) {
+                *v += delta(i);
+            }
         }
         self.seen.insert(key, now);
     }
@@ -154,29 +163,33 @@ mod tests {
     }
 
     #[test]
-    fn a_series_without_entries_is_dropped_after_the_idle_time() {
+    fn a_series_that_stops_moving_is_dropped_after_the_idle_time() {
         let t0 = Instant::now();
         let mut d: DeltaTotals<u32, &str> = DeltaTotals::default();
         d.add(1, "a", vec![5]);
         d.add(2, "b", vec![7]);
+        d.add(3, "c", vec![1]);
         d.finish_at(t0);
-        // Only a's entry stays in the map, for longer than the idle time.
+        // a moves every second; b's entry stays but never moves; c's entry is gone.
         for s in 1..=SERIES_IDLE.as_secs() + 2 {
             d.add(1, "a", vec![5 + s]);
+            d.add(2, "b", vec![7]);
             d.finish_at(t0 + Duration::from_secs(s));
         }
-        assert_eq!(
-            d.totals().get("a"),
-            Some(&vec![5 + SERIES_IDLE.as_secs() + 2])
-        );
-        assert_eq!(
-            d.totals().get("b"),
-            None,
-            "b had no entry for longer than SERIES_IDLE"
-        );
-        // b's key comes back: a new series, from what the entry holds.
-        d.add(2, "b", vec![3]);
+        let a_total = 5 + SERIES_IDLE.as_secs() + 2;
+        assert_eq!(d.totals().get("a"), Some(&vec![a_total]));
+        assert_eq!(d.totals().get("b"), None, "b did not move for SERIES_IDLE");
+        assert_eq!(d.totals().get("c"), None, "c had no entry for SERIES_IDLE");
+        // b's unchanged entry does not bring it back; its next move starts it again.
+        d.add(2, "b", vec![7]);
         d.finish_at(t0 + SERIES_IDLE * 2);
-        assert_eq!(d.totals().get("b"), Some(&vec![3]));
+        assert_eq!(d.totals().get("b"), None);
+        d.add(2, "b", vec![9]);
+        d.finish_at(t0 + SERIES_IDLE * 2 + Duration::from_secs(1));
+        assert_eq!(d.totals().get("b"), Some(&vec![2]));
+        // c's key comes back: a new series, from what the new entry holds.
+        d.add(3, "c", vec![4]);
+        d.finish_at(t0 + SERIES_IDLE * 3);
+        assert_eq!(d.totals().get("c"), Some(&vec![4]));
     }
 }
