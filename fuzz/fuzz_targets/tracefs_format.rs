@@ -5,11 +5,7 @@ use libfuzzer_sys::fuzz_target;
 use probe_user::host::tracefs::{parse_format, parse_symbolic};
 
 fuzz_target!(|text: &str| {
-    if let Some(fields) = parse_format(text) {
-        for (name, _) in fields {
-            assert!(!name.is_empty() || text.contains("field:"));
-        }
-    }
+    let _ = parse_format(text);
     for field in ["reason", "state", "", "REC->"] {
         let _ = parse_symbolic(text, field);
     }
