@@ -12,6 +12,7 @@
 //! Addressing: each test owns a subnet 10.231.X.0/24 (and fd00:231:X::/64), X distinct per
 //! test, so that tests never see each other's peers in probe's host-wide socket metrics.
 pub mod bpflinks;
+pub mod bpfmaps;
 pub mod cmd;
 pub mod histogram;
 pub mod http;

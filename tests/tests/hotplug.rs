@@ -6,11 +6,14 @@
 //! deleted: nothing stays behind (probe holds no TCX link for it, none defunct; in netlink
 //! mode no clsact marker for it), no warning or error in probe's log, and within a tick no
 //! series with `iface="hp0"` remains in /metrics. The daemon still serves (/healthz 200), still
-//! counts the original interface, and attaches again when `hp0` comes back.
+//! counts the original interface, and attaches again when `hp0` comes back. Its entries
+//! leave probe's kernel flow and burst maps too (read with bpftool), rather than staying
+//! until LRU pressure evicts them: the daemon reads those maps whole every tick.
 //!
 //! The flows here are per interface of probe's own namespace (no host-wide TCP metric is
 //! checked), so both modes share subnets 67 and 68.
 use probe_tests::bpflinks::{self, HeldLink};
+use probe_tests::bpfmaps;
 use probe_tests::link::{self, End};
 use probe_tests::probe::strip_ansi;
 use probe_tests::{cmd, kernel, traffic, Hook, Metrics, Pair, Probe, ProbeOpts};
@@ -84,6 +87,26 @@ fn wait_for_traffic(probe: &Probe, iface: &str) -> (Option<Duration>, Option<Dur
 }
 
 /// Log lines at WARN or ERROR level.
+/// Where the ifindex sits in the keys of probe's maps (probe_ebpf's ABI): FlowKey has two
+/// 16-byte addresses and two ports before it, BurstKey one address.
+const MAPS_IFINDEX_AT: [(&str, usize); 2] = [("FLOWS", 36), ("PEER_BURSTS", 16)];
+
+/// Per map, how many of the entries probe holds in the kernel belong to `ifindex`.
+fn kernel_entries_of(pid: u32, ifindex: u32) -> Vec<(&'static str, usize)> {
+    MAPS_IFINDEX_AT
+        .iter()
+        .map(|(name, at)| {
+            let id = bpfmaps::held_map(pid, name).unwrap();
+            let keys = bpfmaps::map_keys(id).unwrap();
+            let n = keys
+                .iter()
+                .filter(|k| bpfmaps::key_u32(k, *at) == Some(ifindex))
+                .count();
+            (*name, n)
+        })
+        .collect()
+}
+
 fn warnings(log: &str) -> Vec<String> {
     strip_ansi(log)
         .lines()
@@ -167,6 +190,14 @@ fn hotplug(mode: &str) {
             ),
         }
 
+        // The trickle's datagrams, 10 ms apart, are one flow and bursts of one datagram.
+        let held = kernel_entries_of(pid, hp_index);
+        report += &format!("round {round}: kernel entries of {HP} before deletion: {held:?}\n");
+        assert!(
+            held.iter().all(|(_, n)| *n > 0),
+            "probe's maps should hold {HP}'s flow and bursts\n{report}"
+        );
+
         // Unplug.
         let log_mark = probe.stderr().len();
         link::del_link(&pair.a, HP).unwrap();
@@ -188,6 +219,7 @@ fn hotplug(mode: &str) {
         let m = probe.metrics();
         let left_later = series_of(&m, HP);
         let tcx_after = bpflinks::tcx_links(pid).unwrap();
+        let held_after = kernel_entries_of(pid, hp_index);
         let marker = std::path::Path::new("/run/probe/clsact").join(HP);
         let new_log = probe.stderr()[log_mark..].to_string();
         report += &format!(
@@ -198,6 +230,10 @@ fn hotplug(mode: &str) {
                 .map(|l| (l.link_id, l.ifindex))
                 .collect::<Vec<_>>(),
             strip_ansi(&new_log).lines().collect::<Vec<_>>()
+        );
+        assert!(
+            held_after.iter().all(|(_, n)| *n == 0),
+            "probe's maps still hold entries of the deleted {HP}: {held_after:?}\n{report}"
         );
         assert!(
             left.is_empty() && left_later.is_empty(),

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{BurstHist, BurstKey, LOG2_BUCKETS};
 
-use super::delta::DeltaTotals;
+use super::{batch::MapReader, delta::DeltaTotals};
 use crate::snapshot::{ip_from_abi, Histogram};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +24,7 @@ pub struct Bursts {
 
 pub struct BurstCollector {
     map: HashMap<MapData, BurstKey, BurstHist>,
+    reader: MapReader,
     totals: DeltaTotals<BurstKey, BurstSeriesKey>,
 }
 
@@ -36,15 +37,20 @@ fn flatten(h: &BurstHist) -> Vec<u64> {
 }
 
 impl BurstCollector {
-    pub fn new(map: HashMap<MapData, BurstKey, BurstHist>) -> Self {
+    pub fn new(map: HashMap<MapData, BurstKey, BurstHist>, reader: MapReader) -> Self {
         Self {
             map,
+            reader,
             totals: DeltaTotals::default(),
         }
     }
 
     pub fn tick(&mut self) -> Vec<(BurstSeriesKey, Bursts)> {
-        for (k, v) in self.map.iter().filter_map(Result::ok) {
+        let map = &self.map;
+        let entries = self
+            .reader
+            .read(|| map.iter().filter_map(Result::ok).collect());
+        for (k, v) in entries {
             let Some(peer) = ip_from_abi(k.family, &k.addr) else {
                 continue;
             };
@@ -73,7 +79,18 @@ impl BurstCollector {
             .collect()
     }
 
+    /// Forgets an interface that went away, in the kernel map too: LRU would keep its
+    /// entries until the map fills, and every tick reads the whole map.
     pub fn forget_interface(&mut self, ifindex: u32) {
+        let gone: Vec<BurstKey> = self
+            .totals
+            .entries()
+            .filter(|k| k.ifindex == ifindex)
+            .copied()
+            .collect();
+        for k in gone {
+            let _ = self.map.remove(&k);
+        }
         self.totals.retain(|k| k.ifindex != ifindex);
     }
 }

@@ -135,6 +135,11 @@ impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
         &self.totals
     }
 
+    /// The kernel entries read at the last tick.
+    pub fn entries(&self) -> impl Iterator<Item = &K> {
+        self.prev.keys()
+    }
+
     pub fn retain(&mut self, keep: impl Fn(&A) -> bool) {
         self.totals.retain(|a, _| keep(a));
         self.last_seen.forget(keep);

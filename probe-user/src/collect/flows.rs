@@ -187,7 +187,11 @@ impl FlowCollector {
     }
 
     /// Forgets an interface that went away: its series stop being exported.
+    /// Its flows go from the kernel map too, rather than waiting to be idle.
     pub fn forget_interface(&mut self, ifindex: u32) {
+        for k in self.prev.keys().filter(|k| k.ifindex == ifindex) {
+            let _ = self.flows.remove(k);
+        }
         self.totals.retain(|k, _| k.ifindex != ifindex);
         self.last_seen.forget(|k| k.ifindex != ifindex);
         self.prev.retain(|k, _| k.ifindex != ifindex);

@@ -74,14 +74,18 @@ impl Collector {
         let conns = take(names::CONNS)?;
         let conn_reader = batch::MapReader::new(batch::dup_fd(&conns));
         let conns = BpfHashMap::try_from(conns)?;
-        let peers = BpfHashMap::try_from(take(names::PEER_TCP)?)?;
-        let bursts = BpfHashMap::try_from(take(names::PEER_BURSTS)?)?;
+        let peers = take(names::PEER_TCP)?;
+        let peer_reader = batch::MapReader::new(batch::dup_fd(&peers));
+        let peers = BpfHashMap::try_from(peers)?;
+        let bursts = take(names::PEER_BURSTS)?;
+        let burst_reader = batch::MapReader::new(batch::dup_fd(&bursts));
+        let bursts = BpfHashMap::try_from(bursts)?;
         let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
         let sojourn = BpfHashMap::try_from(take(names::QDISC_SOJOURN)?)?;
         let errors = PerCpuArray::try_from(take(names::ERRORS)?)?;
         let ring = RingBuf::try_from(take(names::BURST_EVENTS)?)?;
         Ok(Self {
-            bursts: bursts::BurstCollector::new(bursts),
+            bursts: bursts::BurstCollector::new(bursts, burst_reader),
             burst_events: burst_events::BurstEventCollector::new(ring),
             drops: drops::DropCollector::new(drops, drop_names),
             sojourn: sojourn::SojournCollector::new(sojourn),
@@ -92,7 +96,7 @@ impl Collector {
                 nonip,
                 FLOW_IDLE_TIMEOUT.as_nanos() as u64,
             ),
-            tcp: tcp::TcpCollector::new(conns, conn_reader, peers),
+            tcp: tcp::TcpCollector::new(conns, conn_reader, peers, peer_reader),
         })
     }
 

@@ -27,6 +27,7 @@ pub struct TcpCollector {
     conns: HashMap<MapData, ConnKey, ConnStats>,
     reader: MapReader,
     peers: HashMap<MapData, PeerKey, PeerTcp>,
+    peer_reader: MapReader,
     totals: DeltaTotals<PeerKey, IpAddr>,
     prev_samples: FxHashMap<ConnKey, u64>,
 }
@@ -44,11 +45,13 @@ impl TcpCollector {
         conns: HashMap<MapData, ConnKey, ConnStats>,
         reader: MapReader,
         peers: HashMap<MapData, PeerKey, PeerTcp>,
+        peer_reader: MapReader,
     ) -> Self {
         Self {
             conns,
             reader,
             peers,
+            peer_reader,
             totals: DeltaTotals::default(),
             prev_samples: FxHashMap::default(),
         }
@@ -57,7 +60,11 @@ impl TcpCollector {
     /// Per-peer series, and the open connections with the largest srtt.
     pub fn tick(&mut self) -> (Vec<PeerSeries>, Vec<ConnDetail>) {
         let mut slow = TopN::new(TOP_CONNECTIONS);
-        for (k, v) in self.peers.iter().filter_map(Result::ok) {
+        let peers = &self.peers;
+        let peer_entries = self
+            .peer_reader
+            .read(|| peers.iter().filter_map(Result::ok).collect());
+        for (k, v) in peer_entries {
             if let Some(peer) = ip_from_abi(k.family, &k.addr) {
                 self.totals.add(k, peer, flatten(&v));
             }
