@@ -25,6 +25,8 @@ pub struct Snapshot {
     pub flows_tracked: u64,
     /// Flows the kernel evicted from its full LRU map before probe read their last counts.
     pub flow_evictions: u64,
+    /// Open TCP connections the kernel evicted from its full sock_ops connection map.
+    pub conn_evictions: u64,
     pub programs: Vec<ProgramStats>,
     pub hooks: Vec<HookStatus>,
     pub bursts: Vec<BurstSeries>,

@@ -172,6 +172,7 @@ impl Collector {
         snap.nonip
             .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
         (snap.peers, snap.slow_connections) = self.tcp.tick();
+        snap.conn_evictions = self.tcp.evictions();
         for (k, b) in self.bursts.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;

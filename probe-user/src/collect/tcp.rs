@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, PeerKey, PeerTcp, LOG2_BUCKETS, TCP_CLOSE};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{batch::MapReader, delta::DeltaTotals, top::TopN};
 use crate::snapshot::{ip_from_abi, peer_label, ConnDetail, Histogram, PeerSeries};
@@ -30,6 +30,8 @@ pub struct TcpCollector {
     peer_reader: MapReader,
     totals: DeltaTotals<PeerKey, IpAddr>,
     prev_samples: FxHashMap<ConnKey, u64>,
+    /// Open connections the full LRU map evicted, cumulative.
+    evictions: u64,
 }
 
 #[derive(Default)]
@@ -54,7 +56,14 @@ impl TcpCollector {
             peer_reader,
             totals: DeltaTotals::default(),
             prev_samples: FxHashMap::default(),
+            evictions: 0,
         }
+    }
+
+    /// Open connections the full map evicted since start (seen as an open connection that
+    /// vanished from the map without closing).
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// Per-peer series, and the open connections with the largest srtt.
@@ -105,6 +114,15 @@ impl TcpCollector {
                 a.min_rtt_us = Some(a.min_rtt_us.map_or(c.min_rtt_us, |m| m.min(c.min_rtt_us)));
             }
         }
+        // An open connection read last tick and gone now without having been read closed
+        // was evicted by the full LRU map (its next RTT callback inserts it again, evicting
+        // another). Evictions between two reads of a connection are not seen: a lower bound.
+        let closed_now: FxHashSet<&ConnKey> = closed.iter().collect();
+        self.evictions += self
+            .prev_samples
+            .keys()
+            .filter(|k| !samples.contains_key(*k) && !closed_now.contains(k))
+            .count() as u64;
         // Closed connections were read one last time above; free their slots.
         for k in closed {
             let _ = self.conns.remove(&k);

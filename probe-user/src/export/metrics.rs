@@ -194,6 +194,12 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     )?;
     counter(
         enc,
+        "probe_tcp_connection_evictions",
+        "Open TCP connections evicted from the full kernel connection map (raise maps.conns)",
+        [(vec![], s.conn_evictions)],
+    )?;
+    counter(
+        enc,
         "probe_events_lost",
         "Burst events lost: the kernel's ring buffer was full, or a tick's cap was exceeded",
         [(vec![], s.events_lost)],

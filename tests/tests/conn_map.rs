@@ -1,0 +1,166 @@
+//! A full connection map is counted, not silent. probe runs with `[maps] conns = 32`; the
+//! sock_ops program is host-wide, so both ends of every connection between the test's two
+//! namespaces take an entry.
+//!
+//! 1. Six connections open (12 sockets, under the map's size) and three of them close:
+//!    `probe_tcp_connection_evictions_total` stays 0 (a closed connection leaving the map is
+//!    not an eviction).
+//! 2. Forty more open in four waves a second apart (86 sockets, `ss` in both namespaces shows
+//!    them established), each sending a few bytes every 100 ms so that RTT callbacks keep
+//!    inserting them: probe counts evictions, and the connections it reports
+//!    (`probe_tcp_connections`, summed) never exceed the map's 32 entries.
+use probe_tests::{cmd, kernel, traffic, Netns, Pair, Probe, ProbeOpts};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+const SUBNET: u8 = 121;
+const PORT: u16 = 5400;
+const MAP: usize = 32;
+const TICK: &str = "500ms";
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Accepts and drains connections in `ns` until stopped (or LIMIT).
+struct Sink {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sink {
+    fn start(ns: &Netns, addr: SocketAddr) -> Sink {
+        let listener = ns.enter(|| TcpListener::bind(addr)).unwrap().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = thread::spawn(move || {
+            let deadline = Instant::now() + LIMIT;
+            let mut conns: Vec<TcpStream> = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !s.load(Ordering::Relaxed) && Instant::now() < deadline {
+                while let Ok((c, _)) = listener.accept() {
+                    let _ = c.set_nonblocking(true);
+                    conns.push(c);
+                }
+                // A closed peer reads 0: drop our end too.
+                conns.retain_mut(|c| !matches!(c.read(&mut buf), Ok(0)));
+                thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Sink {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Established connections between the pair's addresses on PORT, seen from `ns`.
+fn established(ns: &Netns, pair: &Pair) -> usize {
+    kernel::ss_tcp(ns)
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            let ends = [c.local, c.peer];
+            c.state == "ESTAB"
+                && ends.iter().any(|e| e.port() == PORT)
+                && ends
+                    .iter()
+                    .all(|e| e.ip() == IpAddr::from(pair.ip_a) || e.ip() == IpAddr::from(pair.ip_b))
+        })
+        .count()
+}
+
+fn sample(probe: &Probe) -> (f64, f64) {
+    let m = probe.metrics();
+    (
+        m.sum("probe_tcp_connection_evictions_total", &[]),
+        m.sum("probe_tcp_connections", &[]),
+    )
+}
+
+/// Sends a few bytes on every connection, `rounds` times 100 ms apart.
+fn chatter(conns: &mut [TcpStream], rounds: usize) {
+    for _ in 0..rounds {
+        for c in conns.iter_mut() {
+            let _ = c.write_all(b"ping");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_full_connection_map_counts_evictions() {
+    cmd::require_root_and(&["ip", "nsenter", "ss"]);
+    let pair = Pair::new(SUBNET).unwrap();
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), format!("[maps]\nconns = {MAP}\n")).unwrap();
+    let mut opts = ProbeOpts::iface(&pair.veth_a).tick(TICK);
+    opts.extra = vec!["--config".into(), cfg.path().to_string_lossy().into()];
+    let probe = Probe::start(&pair.a, opts);
+    let dst = SocketAddr::new(pair.ip_b.into(), PORT);
+    let _sink = Sink::start(&pair.b, dst);
+    let connect = || traffic::tcp_connect(&pair.a, dst, Duration::from_secs(2)).unwrap();
+
+    // 1. Under the map's size, with closes.
+    let mut conns: Vec<TcpStream> = (0..6).map(|_| connect()).collect();
+    chatter(&mut conns, 5);
+    conns.truncate(3);
+    chatter(&mut conns, 5);
+    probe.wait_ticks(2);
+    let (ev1, tracked1) = sample(&probe);
+    let est1 = established(&pair.a, &pair);
+    let mut report = format!(
+        "phase 1: ss in A: {est1} established; probe: {tracked1} connections, {ev1} evictions\n"
+    );
+    assert_eq!(est1, 3, "{report}");
+    assert_eq!(
+        ev1, 0.0,
+        "closed connections are not evictions, and 12 sockets fit in {MAP}\n{report}"
+    );
+
+    // 2. Past it.
+    let mut max_tracked = tracked1;
+    for wave in 1..=4 {
+        conns.extend((0..10).map(|_| connect()));
+        chatter(&mut conns, 10);
+        let (ev, tracked) = sample(&probe);
+        max_tracked = max_tracked.max(tracked);
+        report += &format!(
+            "wave {wave}: {} connections open; probe: {tracked} connections, {ev} evictions\n",
+            conns.len()
+        );
+    }
+    probe.wait_ticks(2);
+    let (ev2, tracked2) = sample(&probe);
+    max_tracked = max_tracked.max(tracked2);
+    let (est_a, est_b) = (established(&pair.a, &pair), established(&pair.b, &pair));
+    report += &format!(
+        "end: ss: {est_a} established in A, {est_b} in B; probe: {tracked2} connections, \
+         {ev2} evictions, at most {max_tracked} tracked"
+    );
+    eprintln!("{report}");
+    assert_eq!((est_a, est_b), (43, 43), "{report}");
+    assert!(
+        est_a + est_b > MAP,
+        "the test must hold more sockets than the map\n{report}"
+    );
+    assert!(
+        ev2 > 0.0,
+        "no eviction counted past the map's size\n{report}"
+    );
+    assert!(
+        max_tracked <= MAP as f64,
+        "probe reported more connections than its map holds\n{report}"
+    );
+}
