@@ -52,22 +52,22 @@ pub fn classes(rec: &Recording, job: &[String]) -> Vec<Class> {
         if e.packets == 0 || (e.bytes as f64 / e.packets as f64) < DATA_PACKET_BYTES {
             continue;
         }
-        if !job.contains(&e.peer) {
+        if !job.iter().any(|p| **p == *e.peer) {
             continue;
         }
-        let tx = e.direction == "egress";
+        let tx = &*e.direction == "egress";
         let span = Span {
             start: e.start_unix,
             end: e.start_unix + e.duration_s.max(0.0),
             bytes: e.bytes as f64,
         };
-        match out.iter_mut().find(|c| c.peer == e.peer && c.tx == tx) {
+        match out.iter_mut().find(|c| *c.peer == *e.peer && c.tx == tx) {
             Some(c) => {
                 c.bursts.push(span);
                 c.bytes += span.bytes;
             }
             None => out.push(Class {
-                peer: e.peer.clone(),
+                peer: e.peer.to_string(),
                 tx,
                 bursts: vec![span],
                 bytes: span.bytes,

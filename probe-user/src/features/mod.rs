@@ -292,7 +292,7 @@ mod cost {
                 .unwrap_or(300usize);
             let events: Vec<BurstEvent> = (0..peers.len() * n_ev)
                 .map(|i| BurstEvent {
-                    peer: peers[i % peers.len()].clone(),
+                    peer: peers[i % peers.len()].as_str().into(),
                     start_unix: now - 1.0 + i as f64 / (peers.len() * n_ev) as f64,
                     duration_s: 0.0001,
                     bytes: 1500,

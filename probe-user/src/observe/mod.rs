@@ -4,6 +4,8 @@
 //! rows, and `probe features` reads them back.
 mod derive;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 pub use derive::derive;
@@ -113,15 +115,16 @@ impl Observation {
 }
 
 /// One burst of one flow that ended (an idle gap longer than `--burst-gap` followed it),
-/// streamed from the kernel one event per burst. Times are wall-clock seconds.
+/// streamed from the kernel one event per burst. Times are wall-clock seconds. The labels
+/// are shared, not copied: a busy tick carries tens of thousands of events of a few peers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BurstEvent {
-    pub iface: String,
+    pub iface: Arc<str>,
     /// "egress" or "ingress".
-    pub direction: String,
+    pub direction: Arc<str>,
     /// The remote address, as the `peer` label spells it.
-    pub peer: String,
+    pub peer: Arc<str>,
     /// First packet of the burst (seconds since the Unix epoch).
     pub start_unix: f64,
     /// First to last packet.
