@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// The compiled eBPF object, embedded at build time by build.rs.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe"));
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe"));
 
 /// Which host-wide hooks are attached. Exported as probe_hook_attached{hook}.
 #[derive(Debug, Clone, Default)]

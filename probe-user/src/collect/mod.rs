@@ -226,3 +226,114 @@ impl Collector {
         self.sojourn.forget_interface(ifindex);
     }
 }
+
+/// The collect stage's cost with the bench's map contents (10,000 connections to 64 peers:
+/// 20,000 flow entries, 20,000 connection entries, all of them changed every tick). Creates
+/// the maps (root), loads and attaches no program:
+/// `cargo test --release -p probe-user collect_cost -- --ignored --nocapture`.
+#[cfg(test)]
+mod cost {
+    use super::*;
+    use aya::maps::Map;
+    use probe_ebpf::{ConnKey, ConnStats, FlowKey, FlowStats, AF_INET, DIR_INGRESS};
+
+    fn handle<K: aya::Pod, V: aya::Pod>(ebpf: &Ebpf, name: &str) -> BpfHashMap<MapData, K, V> {
+        let fd = batch::dup_fd(ebpf.map(name).unwrap()).unwrap();
+        BpfHashMap::try_from(Map::LruHashMap(MapData::from_fd(fd).unwrap())).unwrap()
+    }
+
+    fn v4(a: [u8; 4]) -> probe_ebpf::Addr {
+        [u32::from_ne_bytes(a), 0, 0, 0]
+    }
+
+    #[test]
+    #[ignore = "a measurement: root, release"]
+    fn collect_cost() {
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(crate::bpf::load::OBJECT)
+            .unwrap();
+        let mut flows = handle::<FlowKey, FlowStats>(&ebpf, names::FLOWS);
+        let mut conns = handle::<ConnKey, ConnStats>(&ebpf, names::CONNS);
+        let mut collector = Collector::new(&mut ebpf, HashMap::new()).unwrap();
+        let ifnames = HashMap::from([(7, "veth201a".to_owned())]);
+        let local = v4([10, 231, 201, 1]);
+        let conn_keys: Vec<(ConnKey, ConnKey)> = (0..10_000u32)
+            .map(|i| {
+                let peer = v4([10, 231, 201, 100 + (i % 64) as u8]);
+                let (lport, rport) = (10_000 + (i / 64) as u16, 5300 + (i % 4) as u16);
+                let c = ConnKey {
+                    laddr: local,
+                    raddr: peer,
+                    lport,
+                    rport,
+                    family: AF_INET,
+                    ..ConnKey::default()
+                };
+                let s = ConnKey {
+                    laddr: peer,
+                    raddr: local,
+                    lport: rport,
+                    rport: lport,
+                    ..c
+                };
+                (c, s)
+            })
+            .collect();
+        let ticks = 20u64;
+        let mut spent = Duration::ZERO;
+        for t in 1..=ticks {
+            let now = monotonic_ns();
+            for (c, s) in &conn_keys {
+                for (k, direction) in [(c, DIR_EGRESS), (c, DIR_INGRESS)] {
+                    let (src, dst) = if direction == DIR_EGRESS {
+                        (k.laddr, k.raddr)
+                    } else {
+                        (k.raddr, k.laddr)
+                    };
+                    let key = FlowKey {
+                        src,
+                        dst,
+                        sport: k.lport,
+                        dport: k.rport,
+                        ifindex: 7,
+                        family: AF_INET,
+                        proto: 6,
+                        direction,
+                        ..FlowKey::default()
+                    };
+                    let v = FlowStats {
+                        bytes: 98 * t,
+                        packets: t,
+                        first_seen_ns: 1,
+                        last_seen_ns: now,
+                        bursts: t,
+                        burst_start_ns: now,
+                        burst_bytes: 98,
+                        ..FlowStats::default()
+                    };
+                    flows.insert(key, v, 0).unwrap();
+                }
+                for k in [c, s] {
+                    let v = ConnStats {
+                        srtt_us: 50 + (t % 7) as u32,
+                        min_rtt_us: 20,
+                        state: 1,
+                        rtt_samples: t,
+                        bytes_acked: 32 * t,
+                        bytes_received: 32 * t,
+                        ..ConnStats::default()
+                    };
+                    conns.insert(*k, v, 0).unwrap();
+                }
+            }
+            let t0 = std::time::Instant::now();
+            let snap = collector.tick(&ifnames);
+            spent += t0.elapsed();
+            assert_eq!(snap.flows_tracked, 20_000);
+        }
+        eprintln!(
+            "collect: {:.2} ms per tick (20,000 flows, 20,000 connections)",
+            spent.as_secs_f64() * 1e3 / ticks as f64
+        );
+    }
+}
