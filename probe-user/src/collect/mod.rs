@@ -279,6 +279,19 @@ mod cost {
                 (c, s)
             })
             .collect();
+        let rss = || {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let kib = |k: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map_or(0.0, |v| {
+                        v.trim().trim_end_matches(" kB").parse().unwrap_or(0.0)
+                    })
+            };
+            (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+        };
+        let before = rss();
         let ticks = 20u64;
         let mut spent = Duration::ZERO;
         for t in 1..=ticks {
@@ -331,9 +344,13 @@ mod cost {
             spent += t0.elapsed();
             assert_eq!(snap.flows_tracked, 20_000);
         }
+        let after = rss();
         eprintln!(
-            "collect: {:.2} ms per tick (20,000 flows, 20,000 connections)",
-            spent.as_secs_f64() * 1e3 / ticks as f64
+            "collect: {:.2} ms per tick (20,000 flows, 20,000 connections); process RSS {:.1} -> {:.1} MiB, peak {:.1} MiB",
+            spent.as_secs_f64() * 1e3 / ticks as f64,
+            before.0,
+            after.0,
+            after.1
         );
     }
 }
