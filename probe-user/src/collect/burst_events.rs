@@ -126,7 +126,12 @@ pub fn to_event(
         iface: iface.clone(),
         direction: direction.clone(),
         peer: peer.clone(),
-        start_unix: (r.start_ns as i64).saturating_add(offset_ns) as f64 * 1e-9,
+        // Saturating, not `as i64`: a time past i64::MAX (only ever garbage) would wrap
+        // negative and break the start order `events` sorts by.
+        start_unix: i64::try_from(r.start_ns)
+            .unwrap_or(i64::MAX)
+            .saturating_add(offset_ns) as f64
+            * 1e-9,
         duration_s: r.duration_ns as f64 * 1e-9,
         bytes: r.bytes,
         packets: r.packets,
@@ -204,6 +209,22 @@ mod tests {
         };
         assert_eq!(parse(bytes), Some(r));
         assert_eq!(parse(&bytes[..40]), None);
+    }
+
+    /// Found by the burst_events fuzz target: a start time past i64::MAX wrapped negative
+    /// and came out before the record it was sorted after.
+    #[test]
+    fn keeps_start_order_past_i64_max() {
+        let ifnames = HashMap::from([(3, "eth0".to_owned())]);
+        let recs = [
+            record(1, 3, [10, 0, 0, 2]),
+            record(1 << 63, 3, [10, 0, 0, 2]),
+        ];
+        for offset in [0, -5_000_000_000, 1_700_000_000_000_000_000] {
+            let ev = events(&recs, offset, &ifnames);
+            assert_eq!(ev.len(), 2);
+            assert!(ev[0].start_unix <= ev[1].start_unix, "{offset}: {ev:?}");
+        }
     }
 
     #[test]
