@@ -1,6 +1,8 @@
-//! The daemon under 10,000 concurrent, active TCP flows at a 1 s tick: its CPU and memory,
-//! the kernel cost of every program per run and per packet (with an empty TC program beside
-//! them as the floor), and the time of a /metrics scrape.
+//! The daemon under many concurrent TCP flows at a 1 s tick (10,000 with a message a second
+//! each, and 1,000 sending as fast as flowgen can, up to 1,000 messages a second each): its
+//! CPU and memory, the kernel cost of every program per run and per packet (with an empty TC
+//! program beside them as the floor), probe's kernel CPU as a share of the machine's busy
+//! CPU, and the time of a /metrics scrape.
 use super::nop::{NopTc, RunStats};
 use super::{bpf_counters, bpf_deltas, Programs};
 use anyhow::{bail, Context, Result};
@@ -25,6 +27,8 @@ pub struct FlowOpts {
     pub window: Duration,
     pub scrapes: usize,
     pub idle: bool,
+    /// Each connection sends one message per this many milliseconds.
+    pub interval_ms: u64,
 }
 
 /// What the phase measured.
@@ -33,17 +37,23 @@ pub struct Flows {
     pub conns: usize,
     pub peers: u8,
     pub idle: bool,
+    pub interval_ms: u64,
     pub established: usize,
     pub connect_seconds: f64,
     /// The daemon's utime+stime over the window, and the window's length.
     pub cpu_seconds: f64,
     pub window_seconds: f64,
+    /// Busy CPU seconds of the whole machine over the window, all CPUs (/proc/stat).
+    pub machine_busy_seconds: f64,
     pub rss_bytes: u64,
     pub peak_rss_bytes: u64,
     /// The feature stage's time over the window (probe_tick_stage_seconds_total) and the
     /// entities it featurized (probe_feature_entities at the end).
     pub feature_seconds: f64,
     pub feature_entities: f64,
+    /// Wall seconds of each tick stage over the window (probe_tick_stage_seconds_total), by
+    /// stage name: where the daemon's time goes, without a profiler.
+    pub stage_seconds: Vec<(String, f64)>,
     /// Seconds the model stage took in the window, and the entities it scored (last tick).
     pub model_seconds: f64,
     pub model_entities: f64,
@@ -71,8 +81,9 @@ pub struct Flows {
     pub flowgen_log: String,
 }
 
-/// Adds `n` addresses to namespace B's veth (10.231.X.100 onwards) and a permanent
-/// neighbour entry for each in namespace A: `n` peers for probe, without ARP.
+/// Adds `n` addresses to namespace B's veth (10.231.X.100 onwards; `replace`, so that a
+/// later phase can add them again) and a permanent neighbour entry for each in namespace A:
+/// `n` peers for probe, without ARP.
 fn add_peer_addrs(pair: &Pair, n: u8) -> Result<String> {
     let o = pair.ip_b.octets();
     let last = FIRST_PEER_HOST as u16 + n as u16 - 1;
@@ -88,7 +99,7 @@ fn add_peer_addrs(pair: &Pair, n: u8) -> Result<String> {
     let (mut addrs, mut neighs) = (String::new(), String::new());
     for h in FIRST_PEER_HOST as u16..=last {
         let ip = format!("{}.{}.{}.{h}", o[0], o[1], o[2]);
-        addrs.push_str(&format!("addr add {ip}/32 dev {}\n", pair.veth_b));
+        addrs.push_str(&format!("addr replace {ip}/32 dev {}\n", pair.veth_b));
         neighs.push_str(&format!(
             "neigh replace {ip} lladdr {mac} dev {} nud permanent\n",
             pair.veth_a
@@ -211,6 +222,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
 
     let conns = o.conns.to_string();
     let hold_s = hold.to_string();
+    let interval = o.interval_ms.to_string();
     let mut argv = vec![
         flowgen.as_str(),
         "connect",
@@ -222,6 +234,8 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         &conns,
         "--seconds",
         &hold_s,
+        "--interval-ms",
+        &interval,
     ];
     if o.idle {
         argv.push("--idle");
@@ -238,6 +252,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     let k0 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
     // The CPU window holds no scrape: only the daemon's own work with the flows.
     let u0 = proc_usage(pid)?;
+    let m0 = super::machine_busy_seconds()?;
     let t0 = Instant::now();
     eprintln!(
         "bench: measuring the daemon for {} s with {established} flows",
@@ -245,6 +260,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     );
     std::thread::sleep(o.window);
     let u1 = proc_usage(pid)?;
+    let m1 = super::machine_busy_seconds()?;
     let window_seconds = t0.elapsed().as_secs_f64();
     let rss = rss_bytes(pid)?;
     let k1 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
@@ -313,12 +329,24 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         conns: o.conns,
         peers: o.peers,
         idle: o.idle,
+        interval_ms: o.interval_ms,
         established,
         connect_seconds,
         cpu_seconds: u1.cpu_seconds - u0.cpu_seconds,
         window_seconds,
+        machine_busy_seconds: m1 - m0,
         rss_bytes: rss,
         peak_rss_bytes: peak,
+        stage_seconds: s1
+            .label_values("probe_tick_stage_seconds_total", "stage")
+            .into_iter()
+            .map(|st| {
+                let f = [("stage", st.as_str())];
+                let d = s1.sum("probe_tick_stage_seconds_total", &f)
+                    - s0.sum("probe_tick_stage_seconds_total", &f);
+                (st, d)
+            })
+            .collect(),
         feature_seconds: s1.sum("probe_tick_stage_seconds_total", &[("stage", "features")])
             - s0.sum("probe_tick_stage_seconds_total", &[("stage", "features")]),
         feature_entities: s1.sum("probe_feature_entities", &[]),

@@ -6,14 +6,21 @@ use super::Programs;
 use probe_tests::median;
 use std::fmt::Write as _;
 
-/// Throughput with probe over without.
+/// Throughput with probe over without (information: noisy on shared machines).
 pub const BAR_RATIO: f64 = 0.97;
-/// Kernel cost of TC flow accounting, ns per packet.
-pub const BAR_TC_NS: f64 = 100.0;
+/// A TC program per packet with 10,000 cold flows (issue 12), ns...
+pub const BAR_TC_NS: f64 = 250.0;
+/// ... and as a multiple of an empty TC program on the same packets (DESIGN.md).
+pub const BAR_TC_X_EMPTY: f64 = 3.0;
+/// All probe programs together per wire packet: 10,000 small flows, and iperf3 bulk.
+pub const BAR_ALL_NS_FLOWS: f64 = 400.0;
+pub const BAR_ALL_NS_BULK: f64 = 15.0;
+/// sock_ops per callback, ns.
+pub const BAR_SOCKOPS_NS: f64 = 250.0;
 /// Daemon CPU, percent of one core, with 10,000 active flows at a 1 s tick.
 pub const BAR_CPU_PERCENT: f64 = 1.0;
-/// Daemon RSS, MiB.
-pub const BAR_RSS_MIB: f64 = 64.0;
+/// Daemon peak RSS, MiB (issue 12 halves DESIGN.md's 64).
+pub const BAR_RSS_MIB: f64 = 32.0;
 /// Features and scoring of one entity for one tick, microseconds.
 const BAR_FEATURE_US: f64 = 20.0;
 /// One scrape of 10,000 series, ms.
@@ -78,7 +85,8 @@ pub fn loadavg() -> String {
 pub struct Report {
     pub machine: Machine,
     pub throughput: Option<Throughput>,
-    pub flows: Option<Flows>,
+    /// The flows phases: many slow flows, then few fast ones.
+    pub flows: Vec<Flows>,
     pub load_after: String,
 }
 
@@ -119,6 +127,46 @@ fn tc_direction(program: &str) -> Option<bool> {
     }
 }
 
+/// A flows phase by its load: `10,000 active flows` (a message a second each),
+/// `1,000 flows x 1,000 msg/s`, `10,000 idle flows`.
+fn phase(f: &Flows) -> String {
+    let n = thousands(f.established as f64);
+    if f.idle {
+        format!("{n} idle flows")
+    } else if f.interval_ms == 1000 {
+        format!("{n} active flows")
+    } else {
+        format!(
+            "{n} flows x {} msg/s",
+            thousands(1000.0 / f.interval_ms.max(1) as f64)
+        )
+    }
+}
+
+/// The sum of every probe program's run time over a phase's window.
+fn kernel_seconds(f: &Flows) -> f64 {
+    f.bpf.values().map(|(t, _)| t).sum()
+}
+
+/// The bars are set for 10,000 active flows at a message a second each; the other phases
+/// are reported beside them for information.
+fn judge(f: &Flows, pass: bool) -> &'static str {
+    if !f.idle && f.interval_ms == 1000 {
+        verdict(pass)
+    } else {
+        "info"
+    }
+}
+
+/// ns per run of the empty program that saw the same packets as probe's program of
+/// direction `egress`: the peer veth's hook of the other direction.
+fn empty_ns(f: &Flows, egress: bool) -> Option<f64> {
+    f.nop
+        .iter()
+        .find(|(n, _)| tc_direction(n) == Some(!egress))
+        .and_then(|(_, st)| ns_per(st.run_ns as f64 * 1e-9, st.runs as f64))
+}
+
 fn ns_per(seconds: f64, n: f64) -> Option<f64> {
     (n > 0.0).then(|| seconds * 1e9 / n)
 }
@@ -148,17 +196,26 @@ fn checks(r: &Report) -> Vec<Check> {
                     t.seconds
                 ),
                 value: format!("{ratio:.3} ({:.2} / {:.2} Gbit/s)", mp / 1e9, mw / 1e9),
-                bar: format!(">= {BAR_RATIO}"),
-                verdict: verdict(ratio >= BAR_RATIO),
+                bar: format!(">= {BAR_RATIO} (information: noisy here)"),
+                verdict: "info",
             });
         }
     }
-    if let Some(f) = &r.flows {
+    for f in &r.flows {
         for (prog, (secs, runs)) in &f.bpf {
-            let Some(egress) = tc_direction(prog) else {
+            let Some(per_run) = ns_per(*secs, *runs) else {
                 continue;
             };
-            let Some(per_run) = ns_per(*secs, *runs) else {
+            if prog == "sockops_tcp" {
+                out.push(Check {
+                    what: format!("`{prog}` ns per callback, {}", phase(f)),
+                    value: format!("{per_run:.1}"),
+                    bar: format!("<= {BAR_SOCKOPS_NS:.0}"),
+                    verdict: judge(f, per_run <= BAR_SOCKOPS_NS),
+                });
+                continue;
+            }
+            let Some(egress) = tc_direction(prog) else {
                 continue;
             };
             let wire = if egress {
@@ -166,21 +223,70 @@ fn checks(r: &Report) -> Vec<Check> {
             } else {
                 f.wire.rx_packets
             };
+            let floor = empty_ns(f, egress);
+            let times = floor.map(|e| per_run / e);
             out.push(Check {
                 what: format!(
-                    "`{prog}` ns per packet, {} active flows (run time / runs; {:.2} wire packets per run)",
-                    thousands(f.established as f64),
+                    "`{prog}` ns per packet, {} (run time / runs; {:.2} wire packets per run), and as a multiple of the empty program on the same packets",
+                    phase(f),
                     wire / runs
                 ),
-                value: format!("{per_run:.1}"),
-                bar: format!("<= {BAR_TC_NS:.0}"),
-                verdict: verdict(per_run <= BAR_TC_NS),
+                value: match (times, floor) {
+                    (Some(x), Some(e)) => format!("{per_run:.1} ({x:.1}x the empty {e:.1})"),
+                    _ => format!("{per_run:.1} (no empty program measured)"),
+                },
+                bar: format!("<= {BAR_TC_NS:.0} and <= {BAR_TC_X_EMPTY:.0}x"),
+                verdict: judge(
+                    f,
+                    per_run <= BAR_TC_NS && times.is_some_and(|x| x <= BAR_TC_X_EMPTY),
+                ),
+            });
+        }
+        let wire = f.wire.rx_packets + f.wire.tx_packets;
+        if let Some(all) = ns_per(kernel_seconds(f), wire) {
+            out.push(Check {
+                what: format!(
+                    "all probe programs together, ns per wire packet, {}",
+                    phase(f)
+                ),
+                value: format!("{all:.1}"),
+                bar: format!("<= {BAR_ALL_NS_FLOWS:.0}"),
+                verdict: judge(f, all <= BAR_ALL_NS_FLOWS),
             });
         }
     }
     if let Some(t) = &r.throughput {
+        let busy: f64 = t.rounds.iter().map(|r| r.machine_busy_seconds).sum();
+        let kernel: f64 = t.programs().values().map(|(s, _)| s).sum();
+        if busy > 0.0 {
+            out.push(Check {
+                what: "probe's kernel CPU (all its programs' run time) / the machine's busy CPU, under iperf3".to_owned(),
+                value: format!("{:.2}% ({kernel:.3} of {busy:.1} CPU s)", 100.0 * kernel / busy),
+                bar: "-".to_owned(),
+                verdict: "info",
+            });
+        }
         let (rx, tx) = t.wire_packets();
+        if let Some(all) = ns_per(kernel, rx + tx) {
+            out.push(Check {
+                what: "all probe programs together, ns per wire packet, iperf3 bulk".to_owned(),
+                value: format!("{all:.1}"),
+                bar: format!("<= {BAR_ALL_NS_BULK:.0}"),
+                verdict: verdict(all <= BAR_ALL_NS_BULK),
+            });
+        }
         for (prog, (secs, runs)) in &t.programs() {
+            if prog == "sockops_tcp" {
+                if let Some(per_run) = ns_per(*secs, *runs) {
+                    out.push(Check {
+                        what: format!("`{prog}` ns per callback, iperf3 bulk"),
+                        value: format!("{per_run:.1}"),
+                        bar: format!("<= {BAR_SOCKOPS_NS:.0}"),
+                        verdict: verdict(per_run <= BAR_SOCKOPS_NS),
+                    });
+                }
+                continue;
+            }
             let Some(egress) = tc_direction(prog).filter(|_| *runs > 0.0) else {
                 continue;
             };
@@ -194,17 +300,28 @@ fn checks(r: &Report) -> Vec<Check> {
                     wire / runs
                 ),
                 value: format!("{per_packet:.1}"),
-                bar: format!("<= {BAR_TC_NS:.0}"),
-                verdict: verdict(per_packet <= BAR_TC_NS),
+                bar: "-".to_owned(),
+                verdict: "info",
             });
         }
     }
-    if let Some(f) = &r.flows {
-        let flows = format!(
-            "{} {} flows, 1 s tick",
-            thousands(f.established as f64),
-            if f.idle { "idle" } else { "active" }
-        );
+    for f in &r.flows {
+        let flows = format!("{}, 1 s tick", phase(f));
+        if f.machine_busy_seconds > 0.0 {
+            let share = 100.0 * kernel_seconds(f) / f.machine_busy_seconds;
+            out.push(Check {
+                what: format!(
+                    "probe's kernel CPU (all its programs' run time) / the machine's busy CPU, {flows}"
+                ),
+                value: format!(
+                    "{share:.2}% ({:.3} of {:.1} CPU s)",
+                    kernel_seconds(f),
+                    f.machine_busy_seconds
+                ),
+                bar: "-".to_owned(),
+                verdict: "info",
+            });
+        }
         let cpu = 100.0 * f.cpu_seconds / f.window_seconds;
         out.push(Check {
             what: format!(
@@ -213,7 +330,7 @@ fn checks(r: &Report) -> Vec<Check> {
             ),
             value: format!("{cpu:.2}% of one core"),
             bar: format!("<= {BAR_CPU_PERCENT}%"),
-            verdict: verdict(cpu <= BAR_CPU_PERCENT),
+            verdict: judge(f, cpu <= BAR_CPU_PERCENT),
         });
         // Microseconds per entity per tick (ticks in the window at the phase's 1 s tick).
         let per_entity = |seconds: f64, entities: f64| {
@@ -228,7 +345,7 @@ fn checks(r: &Report) -> Vec<Check> {
                 ),
                 value: format!("{features_us:.1} us"),
                 bar: format!("<= {BAR_FEATURE_US:.0} us (with scoring)"),
-                verdict: verdict(features_us <= BAR_FEATURE_US),
+                verdict: judge(f, features_us <= BAR_FEATURE_US),
             });
         }
         if f.model_entities > 0.0 {
@@ -241,7 +358,7 @@ fn checks(r: &Report) -> Vec<Check> {
                 ),
                 value: format!("{us:.1} us (features + scoring {both:.1} us)"),
                 bar: format!("<= {BAR_FEATURE_US:.0} us (features + scoring)"),
-                verdict: verdict(both <= BAR_FEATURE_US),
+                verdict: judge(f, both <= BAR_FEATURE_US),
             });
         }
         let rss = f.peak_rss_bytes as f64 / MIB;
@@ -249,7 +366,7 @@ fn checks(r: &Report) -> Vec<Check> {
             what: format!("daemon peak RSS (VmHWM), {flows}"),
             value: format!("{rss:.1} MiB"),
             bar: format!("<= {BAR_RSS_MIB:.0} MiB"),
-            verdict: verdict(rss <= BAR_RSS_MIB),
+            verdict: judge(f, rss <= BAR_RSS_MIB),
         });
         if let (Some(med), Some(max)) = (
             median(&f.scrape_seconds),
@@ -299,7 +416,7 @@ pub fn render(r: &Report) -> String {
     if let Some(t) = &r.throughput {
         render_throughput(&mut s, t);
     }
-    if let Some(f) = &r.flows {
+    for f in &r.flows {
         render_flows(&mut s, f);
     }
     render_programs(&mut s, r);
@@ -359,12 +476,7 @@ fn render_throughput(s: &mut String, t: &Throughput) {
 }
 
 fn render_flows(s: &mut String, f: &Flows) {
-    let _ = writeln!(
-        s,
-        "\n### Daemon with {} {} flows\n",
-        thousands(f.conns as f64),
-        if f.idle { "idle" } else { "active" }
-    );
+    let _ = writeln!(s, "\n### Daemon with {}\n", phase(f));
     let _ = writeln!(s, "| measure | value |\n|---|---:|");
     let mut row = |k: &str, v: String| {
         let _ = writeln!(s, "| {k} | {v} |");
@@ -405,6 +517,17 @@ fn render_flows(s: &mut String, f: &Flows) {
             100.0 * f.cpu_seconds / f.window_seconds
         ),
     );
+    if !f.stage_seconds.is_empty() {
+        let ticks = f.window_seconds.max(1e-9);
+        row(
+            "daemon tick by stage, ms per 1 s tick (wall clock)",
+            f.stage_seconds
+                .iter()
+                .map(|(st, sec)| format!("{st} {:.2}", 1e3 * sec / ticks))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
     row(
         "daemon RSS at the end of the window (VmRSS) / peak (VmHWM)",
         format!(
@@ -424,7 +547,20 @@ fn render_flows(s: &mut String, f: &Flows) {
         ),
     );
     let wire = f.wire.rx_packets + f.wire.tx_packets;
-    let all: f64 = f.bpf.values().map(|(t, _)| t).sum();
+    let all = kernel_seconds(f);
+    row(
+        "wire packets per second on the veth, rx + tx",
+        thousands(wire / f.window_seconds.max(1e-9)),
+    );
+    row(
+        "the machine's busy CPU over the window (/proc/stat, all CPUs); probe's programs' share",
+        format!(
+            "{:.1} CPU s; {:.3} s = {:.2}%",
+            f.machine_busy_seconds,
+            all,
+            100.0 * all / f.machine_busy_seconds.max(1e-9)
+        ),
+    );
     row(
         "all probe programs together (TC, sock_ops, tracepoints), ns per wire packet on the veth",
         format!(
@@ -438,11 +574,7 @@ fn render_flows(s: &mut String, f: &Flows) {
             continue;
         };
         // The empty program that saw the same packets: the peer's hook of the other direction.
-        let floor = f
-            .nop
-            .iter()
-            .find(|(n, _)| tc_direction(n) == Some(!egress))
-            .and_then(|(_, st)| ns_per(st.run_ns as f64 * 1e-9, st.runs as f64));
+        let floor = empty_ns(f, egress);
         if let (Some(per_run), Some(floor)) = (ns_per(*secs, *runs), floor) {
             row(
                 &format!("`{prog}` ns per run, and above the empty program's {floor:.1} ns on the same packets"),
@@ -507,8 +639,8 @@ fn render_programs(s: &mut String, r: &Report) {
         let (rx, tx) = t.wire_packets();
         rows("iperf3", &t.programs(), rx, tx);
     }
-    if let Some(f) = &r.flows {
-        let phase = format!("{} flows", thousands(f.established as f64));
+    for f in &r.flows {
+        let phase = phase(f);
         rows(&phase, &f.bpf, f.wire.rx_packets, f.wire.tx_packets);
         // The empty programs sit on the other end of the veth: their ingress is A's egress.
         let nop: Programs = f
@@ -555,11 +687,14 @@ mod tests {
             conns: 10_000,
             peers: 64,
             established: 10_000,
+            interval_ms: 1000,
             cpu_seconds: 0.3,
             window_seconds: 20.0,
+            machine_busy_seconds: 2.0,
             peak_rss_bytes: 80 << 20,
             scrape_seconds: vec![0.010, 0.030, 0.020],
             series: 12_000,
+            stage_seconds: vec![("collect".into(), 0.2), ("features".into(), 0.05)],
             ..Default::default()
         };
         flows.bpf.insert("tc_ingress_eth".into(), (0.0012, 1e4));
@@ -572,6 +707,23 @@ mod tests {
                 runs: 10_000,
             },
         ));
+        flows.nop.push((
+            "nop_egress",
+            super::super::nop::RunStats {
+                run_ns: 300_000,
+                runs: 10_000,
+            },
+        ));
+        let mut hot = Flows {
+            conns: 1_000,
+            established: 1_000,
+            interval_ms: 1,
+            window_seconds: 20.0,
+            machine_busy_seconds: 30.0,
+            ..Default::default()
+        };
+        hot.bpf.insert("tc_ingress_eth".into(), (0.3, 1e6));
+        hot.wire.rx_packets = 1e6;
         let r = Report {
             throughput: Some(Throughput {
                 seconds: 1,
@@ -580,24 +732,53 @@ mod tests {
                 rounds: vec![round],
                 ..Default::default()
             }),
-            flows: Some(flows),
+            flows: vec![flows, hot],
             ..Default::default()
         };
         let md = render(&r);
         assert!(
-            md.contains("| 0.986 (10.85 / 11.00 Gbit/s) | >= 0.97 | PASS |"),
+            md.contains(
+                "| 0.986 (10.85 / 11.00 Gbit/s) | >= 0.97 (information: noisy here) | info |"
+            ),
             "{md}"
         );
-        assert!(md.contains("`tc_ingress_eth` ns per packet, 10,000 active flows (run time / runs; 1.00 wire packets per run) | 120.0 | <= 100 | FAIL |"), "{md}");
-        assert!(md.contains("`tc_egress_eth` ns per wire packet under iperf3 (2.0 wire packets per run: GSO) | 25.0 | <= 100 | PASS |"), "{md}");
+        // Under 250 ns but 4x the empty program's 30 ns: a fail.
+        assert!(md.contains("`tc_ingress_eth` ns per packet, 10,000 active flows (run time / runs; 1.00 wire packets per run), and as a multiple of the empty program on the same packets | 120.0 (4.0x the empty 30.0) | <= 250 and <= 3x | FAIL |"), "{md}");
+        assert!(
+            md.contains(
+                "| `sockops_tcp` ns per callback, 10,000 active flows | 100.0 | <= 250 | PASS |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| all probe programs together, ns per wire packet, 10,000 active flows | 220.0 | <= 400 | PASS |"), "{md}");
+        assert!(md.contains("| all probe programs together, ns per wire packet, iperf3 bulk | 25.0 | <= 15 | FAIL |"), "{md}");
+        assert!(md.contains("`tc_egress_eth` ns per wire packet under iperf3 (2.0 wire packets per run: GSO) | 25.0 | - | info |"), "{md}");
         assert!(md.contains("| 1.50% of one core | <= 1% | FAIL |"), "{md}");
-        assert!(md.contains("| 80.0 MiB | <= 64 MiB | FAIL |"), "{md}");
+        // probe's programs: 2.2 ms of the machine's 2 busy CPU seconds; 0.3 s of 30 s.
+        assert!(md.contains("| probe's kernel CPU (all its programs' run time) / the machine's busy CPU, 10,000 active flows, 1 s tick | 0.11% (0.002 of 2.0 CPU s) | - | info |"), "{md}");
+        assert!(
+            md.contains(
+                "| daemon tick by stage, ms per 1 s tick (wall clock) | collect 10.00, features 2.50 |"
+            ),
+            "{md}"
+        );
+        // Only the 10,000-flow phase is judged.
+        assert!(md.contains("`tc_ingress_eth` ns per packet, 1,000 flows x 1,000 msg/s (run time / runs; 1.00 wire packets per run), and as a multiple of the empty program on the same packets | 300.0 (no empty program measured) | <= 250 and <= 3x | info |"), "{md}");
+        assert!(
+            md.contains("| 1.00% (0.300 of 30.0 CPU s) | - | info |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("### Daemon with 1,000 flows x 1,000 msg/s"),
+            "{md}"
+        );
+        assert!(md.contains("| 80.0 MiB | <= 32 MiB | FAIL |"), "{md}");
         assert!(
             md.contains("| 20.0 ms (30.0 ms) | < 50 ms for 10,000 series | PASS |"),
             "{md}"
         );
         assert!(
-            md.contains("| `sockops_tcp` | 10,000 flows | 10,000 | 100.0 | - | - |"),
+            md.contains("| `sockops_tcp` | 10,000 active flows | 10,000 | 100.0 | - | - |"),
             "{md}"
         );
         assert!(
@@ -605,7 +786,9 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| `nop_ingress (peer veth)` | 10,000 flows | 10,000 | 30.0 | 0 | - |"),
+            md.contains(
+                "| `nop_ingress (peer veth)` | 10,000 active flows | 10,000 | 30.0 | 0 | - |"
+            ),
             "{md}"
         );
         assert!(md.contains("| 2 | 12.000 | 11.800 |"), "{md}");

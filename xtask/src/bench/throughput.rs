@@ -21,6 +21,8 @@ pub struct ProbeRound {
     pub cpu_seconds: f64,
     pub wall_seconds: f64,
     pub peak_rss_bytes: u64,
+    /// Busy CPU seconds of the whole machine over the same span as `bpf`.
+    pub machine_busy_seconds: f64,
 }
 
 /// All rounds.
@@ -51,10 +53,12 @@ fn with_probe_round(pair: &Pair, bin: &str, seconds: u32) -> Result<(f64, ProbeR
     let u0 = proc_usage(pid)?;
     probe.wait_ticks(1);
     let s0 = probe.try_metrics()?;
+    let m0 = super::machine_busy_seconds()?;
     let k0 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
     let bps = iperf_round(pair, seconds)?;
     probe.wait_ticks(2);
     let s1 = probe.try_metrics()?;
+    let m1 = super::machine_busy_seconds()?;
     let k1 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
     let wire = probe_iface_traffic(&s1, &pair.veth_a) - probe_iface_traffic(&s0, &pair.veth_a);
     let u1 = proc_usage(pid)?;
@@ -75,6 +79,7 @@ fn with_probe_round(pair: &Pair, bin: &str, seconds: u32) -> Result<(f64, ProbeR
             cpu_seconds: u1.cpu_seconds - u0.cpu_seconds,
             wall_seconds: wall,
             peak_rss_bytes: u1.peak_rss_bytes,
+            machine_busy_seconds: m1 - m0,
         },
     ))
 }
