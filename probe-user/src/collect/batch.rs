@@ -27,12 +27,35 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// Reads every (key, value) of a non-per-CPU hash map. Err(Unsupported) on kernels without
-/// batch lookups, so the caller can fall back to iterating.
-pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd) -> io::Result<Vec<(K, V)>> {
-    let mut out = Vec::new();
-    let mut keys: Vec<MaybeUninit<K>> = Vec::with_capacity(CHUNK);
-    let mut values: Vec<MaybeUninit<V>> = Vec::with_capacity(CHUNK);
+/// Buffers of one map's batch reads, kept between ticks: a tick's read of tens of thousands
+/// of entries then allocates nothing (fresh buffers of megabytes each tick are page faults,
+/// and glibc keeps freed ones resident). They hold at most the map's max_entries.
+pub struct BatchBuf<K, V> {
+    keys: Vec<MaybeUninit<K>>,
+    values: Vec<MaybeUninit<V>>,
+    out: Vec<(K, V)>,
+}
+
+impl<K, V> Default for BatchBuf<K, V> {
+    fn default() -> Self {
+        Self {
+            keys: Vec::new(),
+            values: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
+/// Reads every (key, value) of a non-per-CPU hash map into `buf`. Err(Unsupported) on
+/// kernels without batch lookups, so the caller can fall back to iterating.
+pub fn lookup_all<'a, K: Pod, V: Pod>(
+    fd: &OwnedFd,
+    buf: &'a mut BatchBuf<K, V>,
+) -> io::Result<&'a [(K, V)]> {
+    buf.out.clear();
+    buf.keys.reserve_exact(CHUNK);
+    buf.values.reserve_exact(CHUNK);
+    let (out, keys, values) = (&mut buf.out, &mut buf.keys, &mut buf.values);
     // Hash maps use a u32 bucket cursor; 8 bytes leaves room for any map type's cursor.
     let mut cursor_in = 0u64;
     let mut cursor_out = 0u64;
@@ -108,25 +131,33 @@ pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
 }
 
 /// Reads a whole map: batched when the kernel can, else entry by entry through aya.
-pub struct MapReader {
+pub struct MapReader<K, V> {
     fd: Option<OwnedFd>,
+    buf: BatchBuf<K, V>,
 }
 
-impl MapReader {
+impl<K: Pod, V: Pod> MapReader<K, V> {
     pub fn new(fd: Option<OwnedFd>) -> Self {
-        Self { fd }
+        Self {
+            fd,
+            buf: BatchBuf::default(),
+        }
     }
 
-    pub fn read<K: Pod, V: Pod>(&mut self, fallback: impl FnOnce() -> Vec<(K, V)>) -> Vec<(K, V)> {
+    /// The map's entries, valid until the next read.
+    pub fn read(&mut self, fallback: impl FnOnce() -> Vec<(K, V)>) -> &[(K, V)] {
         if let Some(fd) = &self.fd {
-            match lookup_all::<K, V>(fd) {
-                Ok(v) => return v,
+            match lookup_all::<K, V>(fd, &mut self.buf) {
+                // Returned through the field, not as the Ok value: that would keep
+                // `self.buf` borrowed on the error path too (today's borrow checker).
+                Ok(_) => return &self.buf.out,
                 Err(e) => {
                     tracing::info!("batched map reads unavailable ({e}); reading entry by entry");
                     self.fd = None;
                 }
             }
         }
-        fallback()
+        self.buf.out = fallback();
+        &self.buf.out
     }
 }

@@ -24,7 +24,7 @@ pub struct Bursts {
 
 pub struct BurstCollector {
     map: HashMap<MapData, BurstKey, BurstHist>,
-    reader: MapReader,
+    reader: MapReader<BurstKey, BurstHist>,
     totals: DeltaTotals<BurstKey, BurstSeriesKey>,
 }
 
@@ -37,7 +37,10 @@ fn flatten(h: &BurstHist) -> Vec<u64> {
 }
 
 impl BurstCollector {
-    pub fn new(map: HashMap<MapData, BurstKey, BurstHist>, reader: MapReader) -> Self {
+    pub fn new(
+        map: HashMap<MapData, BurstKey, BurstHist>,
+        reader: MapReader<BurstKey, BurstHist>,
+    ) -> Self {
         Self {
             map,
             reader,
@@ -50,7 +53,7 @@ impl BurstCollector {
         let entries = self
             .reader
             .read(|| map.iter().filter_map(Result::ok).collect());
-        for (k, v) in entries {
+        for &(k, v) in entries {
             let Some(peer) = ip_from_abi(k.family, &k.addr) else {
                 continue;
             };

@@ -54,7 +54,7 @@ impl Totals {
 
 pub struct FlowCollector {
     flows: HashMap<MapData, FlowKey, FlowStats>,
-    reader: MapReader,
+    reader: MapReader<FlowKey, FlowStats>,
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
     /// Last reading of each flow, and the tick it was last seen in.
     prev: FxHashMap<FlowKey, (FlowStats, u64)>,
@@ -92,7 +92,7 @@ pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
 impl FlowCollector {
     pub fn new(
         flows: HashMap<MapData, FlowKey, FlowStats>,
-        reader: MapReader,
+        reader: MapReader<FlowKey, FlowStats>,
         nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
         idle_timeout_ns: u64,
     ) -> Self {
@@ -121,7 +121,7 @@ impl FlowCollector {
             .reader
             .read(|| flows.iter().filter_map(Result::ok).collect());
         // One lookup per flow in `prev`, updated in place; one in `totals`.
-        for (k, v) in entries {
+        for &(k, v) in entries {
             let slot = self.prev.entry(k).or_insert((FlowStats::default(), 0));
             let before =
                 (slot.1 != 0 && slot.0.first_seen_ns == v.first_seen_ns).then_some(&slot.0);

@@ -25,11 +25,13 @@ const RETRANS_SEGS: usize = LOG2_BUCKETS + 2;
 
 pub struct TcpCollector {
     conns: HashMap<MapData, ConnKey, ConnStats>,
-    reader: MapReader,
+    reader: MapReader<ConnKey, ConnStats>,
     peers: HashMap<MapData, PeerKey, PeerTcp>,
-    peer_reader: MapReader,
+    peer_reader: MapReader<PeerKey, PeerTcp>,
     totals: DeltaTotals<PeerKey, IpAddr>,
     prev_samples: FxHashMap<ConnKey, u64>,
+    /// This tick's samples, built in a table kept between ticks and swapped with prev.
+    samples: FxHashMap<ConnKey, u64>,
     /// Open connections the full LRU map evicted, cumulative.
     evictions: u64,
 }
@@ -45,9 +47,9 @@ struct ConnAgg {
 impl TcpCollector {
     pub fn new(
         conns: HashMap<MapData, ConnKey, ConnStats>,
-        reader: MapReader,
+        reader: MapReader<ConnKey, ConnStats>,
         peers: HashMap<MapData, PeerKey, PeerTcp>,
-        peer_reader: MapReader,
+        peer_reader: MapReader<PeerKey, PeerTcp>,
     ) -> Self {
         Self {
             conns,
@@ -56,6 +58,7 @@ impl TcpCollector {
             peer_reader,
             totals: DeltaTotals::default(),
             prev_samples: FxHashMap::default(),
+            samples: FxHashMap::default(),
             evictions: 0,
         }
     }
@@ -73,7 +76,7 @@ impl TcpCollector {
         let peer_entries = self
             .peer_reader
             .read(|| peers.iter().filter_map(Result::ok).collect());
-        for (k, v) in peer_entries {
+        for &(k, v) in peer_entries {
             if let Some(peer) = ip_from_abi(k.family, &k.addr) {
                 self.totals.add(k, peer, flatten(&v));
             }
@@ -81,14 +84,14 @@ impl TcpCollector {
         self.totals.finish();
 
         let mut aggs: FxHashMap<IpAddr, ConnAgg> = FxHashMap::default();
-        let mut samples =
-            FxHashMap::with_capacity_and_hasher(self.prev_samples.len(), Default::default());
+        let samples = &mut self.samples;
+        samples.clear();
         let mut closed = Vec::new();
         let conns = &self.conns;
         let entries = self
             .reader
             .read(|| conns.iter().filter_map(Result::ok).collect());
-        for (k, c) in entries {
+        for &(k, c) in entries {
             if c.state == TCP_CLOSE {
                 closed.push(k);
                 continue;
@@ -127,7 +130,7 @@ impl TcpCollector {
         for k in closed {
             let _ = self.conns.remove(&k);
         }
-        self.prev_samples = samples;
+        std::mem::swap(&mut self.prev_samples, &mut self.samples);
 
         let mut out: Vec<PeerSeries> = self
             .totals
