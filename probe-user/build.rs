@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(&out, b"").with_context(|| format!("cannot write {}", out.display()))?;
         return Ok(());
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let root = manifest_dir()?
         .parent()
         .ok_or_else(|| anyhow!("probe-user has no parent directory"))?
         .join("probe-ebpf");
@@ -40,17 +40,27 @@ fn main() -> anyhow::Result<()> {
 /// The built-in spike model: every file of `probe-user/model/` embedded as text
 /// (`cargo xtask model` writes it; `model::builtin` reads the list).
 fn embed_default_model() -> anyhow::Result<()> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("model");
+    let dir = manifest_dir()?.join("model");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        for e in rd {
-            let p = e?.path();
-            if p.is_file() {
-                println!("cargo:rerun-if-changed={}", p.display());
-                files.push(p);
-            }
+    let rd = std::fs::read_dir(&dir).with_context(|| {
+        format!(
+            "cannot read {} (the built-in model is part of the source tree: git checkout probe-user/model)",
+            dir.display()
+        )
+    })?;
+    for e in rd {
+        let p = e?.path();
+        if p.is_file() {
+            println!("cargo:rerun-if-changed={}", p.display());
+            files.push(p);
         }
+    }
+    if files.is_empty() {
+        anyhow::bail!(
+            "{} holds no model files (git checkout probe-user/model, or `cargo xtask model`)",
+            dir.display()
+        );
     }
     files.sort();
     let mut code = String::from("pub const FILES: &[(&str, &str)] = &[\n");
@@ -68,4 +78,14 @@ fn embed_default_model() -> anyhow::Result<()> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("builtin_model.rs");
     std::fs::write(out, code)?;
     Ok(())
+}
+
+/// This package's directory, read when the script runs. Not `env!`: cargo reuses a compiled
+/// build script across checkouts that share a target directory (git worktrees), and a path
+/// baked in at compile time then points into another checkout, or one since deleted (a
+/// release build once embedded no model that way).
+fn manifest_dir() -> anyhow::Result<std::path::PathBuf> {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .context("CARGO_MANIFEST_DIR is not set (build probe-user with cargo)")
 }

@@ -6,9 +6,13 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The workspace root (the parent of xtask/).
+/// The workspace root (the parent of xtask/). `cargo run` (what `cargo xtask` is) sets
+/// CARGO_MANIFEST_DIR for the process; the path compiled in is only the fallback, since cargo
+/// reuses a binary across checkouts that share a target directory (git worktrees).
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("xtask sits inside the workspace")
         .to_path_buf()
