@@ -52,6 +52,9 @@ pub struct MapSizes {
     pub flows: u32,
     pub conns: u32,
     pub peers: u32,
+    /// Bytes of the BURST_EVENTS ring (64 per burst end). A full ring loses events, not
+    /// histogram counts (the programs then fold the burst in the kernel).
+    pub burst_events_bytes: u32,
 }
 
 impl Default for MapSizes {
@@ -60,6 +63,7 @@ impl Default for MapSizes {
             flows: probe_ebpf::FLOWS_MAX_ENTRIES,
             conns: probe_ebpf::CONNS_MAX_ENTRIES,
             peers: probe_ebpf::PEERS_MAX_ENTRIES,
+            burst_events_bytes: probe_ebpf::BURST_EVENTS_BYTES,
         }
     }
 }
@@ -268,6 +272,12 @@ impl Config {
                 bail!("key `{k}`: {v} is out of range (16 to 4194304)");
             }
         }
+        let ring = self.maps.burst_events_bytes;
+        if !ring.is_power_of_two() || !(4096..=(256 << 20)).contains(&ring) {
+            bail!(
+                "key `maps.burst_events_bytes`: {ring} must be a power of two from 4096 to 268435456"
+            );
+        }
         self.features.validate().map_err(|e| anyhow::anyhow!(e))?;
         Ok(())
     }
@@ -332,6 +342,14 @@ mod tests {
         assert!(e.contains("tick"), "{e}");
         let e = from_file("[maps]\nflows = 1\n").unwrap_err().to_string();
         assert!(e.contains("maps.flows"), "{e}");
+        for bad in ["1000", "2048", "536870912"] {
+            let e = from_file(&format!("[maps]\nburst_events_bytes = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("maps.burst_events_bytes"), "{e}");
+        }
+        let c = from_file("[maps]\nburst_events_bytes = 65536\n").unwrap();
+        assert_eq!(c.maps.burst_events_bytes, 65536);
         let e = from_file("listen = \"nowhere\"\n").unwrap_err().to_string();
         assert!(e.contains("listen"), "{e}");
     }

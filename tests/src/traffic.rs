@@ -113,6 +113,52 @@ impl Drop for TcpSink {
     }
 }
 
+/// A TCP receiver in a namespace for many connections: accepts and drains every connection
+/// until dropped or its time limit, and closes its end of those the peer closed. It sends
+/// nothing but ACKs.
+pub struct TcpSinkMany {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TcpSinkMany {
+    pub fn start(ns: &Netns, addr: SocketAddr, limit: Duration) -> Result<TcpSinkMany> {
+        let listener = ns
+            .enter(|| TcpListener::bind(addr))?
+            .with_context(|| format!("bind {addr} in netns {}", ns.name()))?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = thread::spawn(move || {
+            let deadline = Instant::now() + limit;
+            let mut conns: Vec<TcpStream> = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !s.load(Ordering::Relaxed) && Instant::now() < deadline {
+                while let Ok((c, _)) = listener.accept() {
+                    let _ = c.set_nonblocking(true);
+                    conns.push(c);
+                }
+                // A closed peer reads 0: drop our end too.
+                conns.retain_mut(|c| !matches!(c.read(&mut buf), Ok(0)));
+                thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Ok(TcpSinkMany {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for TcpSinkMany {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Connects from `ns` to `addr` (bounded); the stream stays in `ns`.
 pub fn tcp_connect(ns: &Netns, addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
     let s = ns

@@ -164,3 +164,99 @@ fn bursts_match_the_generator() {
         100.0 * TOLERANCE
     );
 }
+
+/// The per-peer histograms are folded in user space from the burst-end ring; a burst the full
+/// ring refuses is folded by the TC program into PEER_BURSTS instead. With the ring at its
+/// smallest (`[maps] burst_events_bytes = 4096`, 64 records, drained every 500 ms) and 100
+/// connections each ending a burst every 100 ms (200 records per round with the ACK bursts
+/// coming back), most events are lost, and the counts must still be exact:
+/// - each connection's egress ends 1 + ROUNDS bursts: the handshake (SYN, then the ACK of
+///   the SYN-ACK, microseconds apart), then one per round of small writes 100 ms apart; the
+///   last round's is ended by a 1-byte marker whose own burst never ends before the scrape;
+/// - those bursts hold every egress byte the pfifo qdisc sent before the markers (within 1%).
+#[test]
+fn burst_counts_stay_exact_when_the_event_ring_is_full() {
+    const CONNS: usize = 100;
+    const ROUNDS: usize = 5;
+    const RING_PORT: u16 = 5302;
+    const RING_TOLERANCE: f64 = 0.02;
+    cmd::require_root_and(&["ip", "nsenter", "tc"]);
+    let pair = Pair::new(69).unwrap();
+    let iface = pair.veth_a.as_str();
+    let peer = pair.ip_b.to_string();
+    pair.a
+        .run(&[
+            "tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "100000",
+        ])
+        .unwrap();
+    let fifo_sent = || {
+        kernel::qdiscs(&pair.a, iface)
+            .unwrap()
+            .into_iter()
+            .find(|q| q.kind == "pfifo")
+            .expect("pfifo qdisc")
+            .sent_bytes
+    };
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "[maps]\nburst_events_bytes = 4096\n").unwrap();
+    let mut opts = ProbeOpts::iface(iface).tick("500ms");
+    opts.extra = vec![
+        "--burst-gap".into(),
+        GAP.into(),
+        "--config".into(),
+        cfg.path().to_string_lossy().into(),
+    ];
+    let probe = Probe::start(&pair.a, opts);
+    let addr = SocketAddr::new(pair.ip_b.into(), RING_PORT);
+    let _sink = traffic::TcpSinkMany::start(&pair.b, addr, Duration::from_secs(60)).unwrap();
+
+    probe.wait_ticks(1);
+    let m0 = probe.metrics();
+    let q0 = fifo_sent();
+    let mut conns: Vec<_> = (0..CONNS)
+        .map(|_| traffic::tcp_connect(&pair.a, addr, Duration::from_secs(5)).unwrap())
+        .collect();
+    for _ in 0..ROUNDS {
+        std::thread::sleep(PERIOD / 2);
+        for c in conns.iter_mut() {
+            c.write_all(&[7u8; 100]).unwrap();
+        }
+    }
+    std::thread::sleep(PERIOD / 2);
+    let q1 = fifo_sent();
+    for c in conns.iter_mut() {
+        c.write_all(&[1]).unwrap();
+    }
+    probe.wait_ticks(2);
+    let m1 = probe.metrics();
+    drop(conns);
+
+    let (b0, s0, c0) = bursts(&m0, iface, &peer);
+    let (b1, s1, c1) = bursts(&m1, iface, &peer);
+    let (db, ds, dc) = (b1 - b0, s1 - s0, c1 - c0);
+    let lost = m1.sum("probe_events_lost_total", &[]) - m0.sum("probe_events_lost_total", &[]);
+    let expected = (CONNS * (ROUNDS + 1)) as f64;
+    let fifo = (q1 - q0) as f64;
+    let report = format!(
+        "{CONNS} connections x (handshake + {ROUNDS} rounds): probe_bursts_total delta {db} \
+         (expected {expected}), _count delta {dc}; burst bytes {ds} vs pfifo {fifo} ({:+.3}%); \
+         events lost {lost}",
+        100.0 * (ds - fifo) / fifo
+    );
+    eprintln!("{report}");
+    assert!(
+        lost > expected / 2.0,
+        "the 4 KiB ring should have lost most events\n{report}"
+    );
+    assert!(
+        rel_diff(db, expected) <= RING_TOLERANCE,
+        "burst count off by more than {}%\n{report}",
+        100.0 * RING_TOLERANCE
+    );
+    assert_eq!(db, dc, "probe_bursts_total and _count differ\n{report}");
+    assert!(
+        rel_diff(ds, fifo) <= BYTES_TOLERANCE,
+        "the bytes of all bursts vs the qdisc's: off by more than {}%\n{report}",
+        100.0 * BYTES_TOLERANCE
+    );
+}

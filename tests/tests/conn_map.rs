@@ -10,60 +10,16 @@
 //!    inserting them: probe counts evictions, and the connections it reports
 //!    (`probe_tcp_connections`, summed) never exceed the map's 32 entries.
 use probe_tests::{cmd, kernel, traffic, Netns, Pair, Probe, ProbeOpts};
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::thread;
+use std::time::Duration;
 
 const SUBNET: u8 = 121;
 const PORT: u16 = 5400;
 const MAP: usize = 32;
 const TICK: &str = "500ms";
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Accepts and drains connections in `ns` until stopped (or LIMIT).
-struct Sink {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Sink {
-    fn start(ns: &Netns, addr: SocketAddr) -> Sink {
-        let listener = ns.enter(|| TcpListener::bind(addr)).unwrap().unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = thread::spawn(move || {
-            let deadline = Instant::now() + LIMIT;
-            let mut conns: Vec<TcpStream> = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !s.load(Ordering::Relaxed) && Instant::now() < deadline {
-                while let Ok((c, _)) = listener.accept() {
-                    let _ = c.set_nonblocking(true);
-                    conns.push(c);
-                }
-                // A closed peer reads 0: drop our end too.
-                conns.retain_mut(|c| !matches!(c.read(&mut buf), Ok(0)));
-                thread::sleep(Duration::from_millis(5));
-            }
-        });
-        Sink {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Established connections between the pair's addresses on PORT, seen from `ns`.
 fn established(ns: &Netns, pair: &Pair) -> usize {
@@ -109,7 +65,7 @@ fn a_full_connection_map_counts_evictions() {
     opts.extra = vec!["--config".into(), cfg.path().to_string_lossy().into()];
     let probe = Probe::start(&pair.a, opts);
     let dst = SocketAddr::new(pair.ip_b.into(), PORT);
-    let _sink = Sink::start(&pair.b, dst);
+    let _sink = traffic::TcpSinkMany::start(&pair.b, dst, LIMIT).unwrap();
     let connect = || traffic::tcp_connect(&pair.a, dst, Duration::from_secs(2)).unwrap();
 
     // 1. Under the map's size, with closes.

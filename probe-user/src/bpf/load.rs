@@ -95,7 +95,8 @@ impl Loaded {
             .override_global(globals::BURST_GAP_NS, &gap_ns, true)
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
-            .map_max_entries(names::PEER_TCP, cfg.maps.peers);
+            .map_max_entries(names::PEER_TCP, cfg.maps.peers)
+            .map_max_entries(names::BURST_EVENTS, cfg.maps.burst_events_bytes);
         let offsets: Vec<(&'static str, u32)> = [&retx, &probe, &drops, &qdisc]
             .into_iter()
             .filter_map(|r| r.as_ref().ok())

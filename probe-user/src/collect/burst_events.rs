@@ -24,32 +24,41 @@ use crate::{
     snapshot::{ip_from_abi, peer_label},
 };
 
-/// Events handed over per tick at most: a ring's worth (BURST_EVENTS_BYTES / 64-byte records).
-pub const MAX_EVENTS_PER_TICK: usize = (probe_ebpf::BURST_EVENTS_BYTES / 64) as usize;
-
 pub struct BurstEventCollector {
     ring: RingBuf<MapData>,
+    /// Events handed over per tick at most: a ring's worth (its bytes / 64-byte records).
+    max_per_tick: usize,
     /// Events read beyond the per-tick cap and dropped, cumulative.
     dropped: u64,
 }
 
 impl BurstEventCollector {
-    pub fn new(ring: RingBuf<MapData>) -> Self {
-        Self { ring, dropped: 0 }
+    /// `ring_bytes`: the ring's size as loaded (`[maps] burst_events_bytes`).
+    pub fn new(ring: RingBuf<MapData>, ring_bytes: u32) -> Self {
+        Self {
+            ring,
+            max_per_tick: (ring_bytes / 64).max(1) as usize,
+            dropped: 0,
+        }
     }
 
-    /// Takes the records the ring holds now; never waits. Keeps at most MAX_EVENTS_PER_TICK
-    /// and drops (counting) up to as many more, so that a tick's work is bounded even while
-    /// the programs keep writing; anything beyond stays in the ring for the next tick.
-    pub fn drain(&mut self) -> Vec<BurstEnd> {
+    /// Takes the records the ring holds now; never waits. Hands every record to `each` (the
+    /// per-peer histograms are folded from all of them), keeps at most a ring's worth as
+    /// events and drops (counting) up to as many more, so that a tick's work is bounded even
+    /// while the programs keep writing; anything beyond stays in the ring for the next tick.
+    pub fn drain(&mut self, mut each: impl FnMut(&BurstEnd)) -> Vec<BurstEnd> {
         let mut out = Vec::new();
-        for _ in 0..2 * MAX_EVENTS_PER_TICK {
+        for _ in 0..2 * self.max_per_tick {
             let Some(item) = self.ring.next() else {
                 break;
             };
-            if out.len() == MAX_EVENTS_PER_TICK {
+            let Some(r) = parse(&item) else {
+                continue;
+            };
+            each(&r);
+            if out.len() == self.max_per_tick {
                 self.dropped += 1;
-            } else if let Some(r) = parse(&item) {
+            } else {
                 out.push(r);
             }
         }

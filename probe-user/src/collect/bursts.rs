@@ -1,9 +1,15 @@
-//! Per-peer burst histograms (sizes and durations of ended bursts), written by the TC
-//! programs when a burst ends.
+//! Per-peer burst histograms (sizes and durations of ended bursts), folded here from the
+//! BURST_EVENTS records the TC programs write when a burst ends. A burst the full ring had no
+//! room for is folded by the program itself into PEER_BURSTS, which is read every tick and
+//! added in, so the histograms stay exact while events are lost. (The programs used to
+//! update PEER_BURSTS on every burst end: a second hash lookup and five atomic adds on lines
+//! that every CPU sending to the peer writes. docs/benchmarks.md has the cost measured.)
 use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData};
-use probe_ebpf::{BurstHist, BurstKey, LOG2_BUCKETS};
+use probe_ebpf::{log2_bucket, BurstEnd, BurstHist, BurstKey, LOG2_BUCKETS};
+
+use rustc_hash::FxHashMap;
 
 use super::{batch::MapReader, delta::DeltaTotals};
 use crate::snapshot::{ip_from_abi, Histogram};
@@ -26,6 +32,9 @@ pub struct BurstCollector {
     map: HashMap<MapData, BurstKey, BurstHist>,
     reader: MapReader<BurstKey, BurstHist>,
     totals: DeltaTotals<BurstKey, BurstSeriesKey>,
+    /// This tick's records, summed per peer before they reach the series: one small-key
+    /// lookup per record (tens of thousands a tick at 10,000 flows) and one per peer.
+    pending: FxHashMap<BurstKey, BurstHist>,
 }
 
 fn flatten(h: &BurstHist) -> Vec<u64> {
@@ -34,6 +43,14 @@ fn flatten(h: &BurstHist) -> Vec<u64> {
     v.extend_from_slice(&h.duration_buckets);
     v.extend([h.count, h.bytes, h.duration_ns]);
     v
+}
+
+fn series_of(k: &BurstKey) -> Option<BurstSeriesKey> {
+    Some(BurstSeriesKey {
+        ifindex: k.ifindex,
+        direction: k.direction,
+        peer: ip_from_abi(k.family, &k.addr)?,
+    })
 }
 
 impl BurstCollector {
@@ -45,24 +62,49 @@ impl BurstCollector {
             map,
             reader,
             totals: DeltaTotals::default(),
+            pending: FxHashMap::default(),
         }
     }
 
+    /// Adds one ended burst, as streamed through the ring, to its peer's histograms.
+    pub fn fold(&mut self, r: &BurstEnd) {
+        let key = BurstKey {
+            addr: r.addr,
+            ifindex: r.ifindex,
+            family: r.family,
+            direction: r.direction,
+            _pad: 0,
+        };
+        let h = self.pending.entry(key).or_default();
+        h.size_buckets[log2_bucket(r.bytes)] += 1;
+        h.duration_buckets[log2_bucket(r.duration_ns)] += 1;
+        h.count += 1;
+        h.bytes += r.bytes;
+        h.duration_ns += r.duration_ns;
+    }
+
+    /// Adds what the programs folded in PEER_BURSTS (the bursts the full ring refused) and
+    /// returns every series' totals. Call after this tick's `fold`s.
     pub fn tick(&mut self) -> Vec<(BurstSeriesKey, Bursts)> {
+        for (k, h) in self.pending.drain() {
+            let Some(series) = series_of(&k) else {
+                continue;
+            };
+            let delta = flatten(&h);
+            self.totals.add_delta(series, delta.len(), |t| {
+                for (t, d) in t.iter_mut().zip(&delta) {
+                    *t += d;
+                }
+            });
+        }
         let map = &self.map;
         let entries = self
             .reader
             .read(|| map.iter().filter_map(Result::ok).collect());
         for &(k, v) in entries {
-            let Some(peer) = ip_from_abi(k.family, &k.addr) else {
-                continue;
-            };
-            let series = BurstSeriesKey {
-                ifindex: k.ifindex,
-                direction: k.direction,
-                peer,
-            };
-            self.totals.add(k, series, flatten(&v));
+            if let Some(series) = series_of(&k) {
+                self.totals.add(k, series, flatten(&v));
+            }
         }
         self.totals.finish();
         let n = LOG2_BUCKETS;

@@ -83,10 +83,16 @@ impl Collector {
         let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
         let sojourn = BpfHashMap::try_from(take(names::QDISC_SOJOURN)?)?;
         let errors = PerCpuArray::try_from(take(names::ERRORS)?)?;
-        let ring = RingBuf::try_from(take(names::BURST_EVENTS)?)?;
+        let ring = take(names::BURST_EVENTS)?;
+        let ring_bytes = match &ring {
+            aya::maps::Map::RingBuf(d) => d.info().map(|i| i.max_entries()).ok(),
+            _ => None,
+        }
+        .unwrap_or(probe_ebpf::BURST_EVENTS_BYTES);
+        let ring = RingBuf::try_from(ring)?;
         Ok(Self {
             bursts: bursts::BurstCollector::new(bursts, burst_reader),
-            burst_events: burst_events::BurstEventCollector::new(ring),
+            burst_events: burst_events::BurstEventCollector::new(ring, ring_bytes),
             drops: drops::DropCollector::new(drops, drop_names),
             sojourn: sojourn::SojournCollector::new(sojourn),
             errors,
@@ -158,7 +164,8 @@ impl Collector {
         }
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
-        let mut ended = self.burst_events.drain();
+        let bursts = &mut self.bursts;
+        let mut ended = self.burst_events.drain(|r| bursts.fold(r));
         ended.extend(
             ft.removed
                 .iter()
