@@ -347,7 +347,6 @@ pub struct ConnStats {
     pub rtt_samples: u64,
     pub bytes_acked: u64,
     pub bytes_received: u64,
-    pub last_update_ns: u64,
 }
 
 /// TCP_CLOSE in the kernel's state enum.
@@ -374,7 +373,7 @@ const _: () = {
     assert!(core::mem::size_of::<PeerKey>() == 20);
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 4));
     assert!(core::mem::size_of::<ConnKey>() == 40);
-    assert!(core::mem::size_of::<ConnStats>() == 64);
+    assert!(core::mem::size_of::<ConnStats>() == 56);
     assert!(core::mem::size_of::<BurstKey>() == 24);
     assert!(core::mem::size_of::<BurstHist>() == 8 * (2 * LOG2_BUCKETS + 3));
     assert!(core::mem::size_of::<NsHist>() == 8 * (LOG2_BUCKETS + 2));

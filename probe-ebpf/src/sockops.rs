@@ -6,7 +6,6 @@ use aya_ebpf::{
         BPF_SOCK_OPS_RETRANS_CB, BPF_SOCK_OPS_RETRANS_CB_FLAG, BPF_SOCK_OPS_RTT_CB,
         BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
     },
-    helpers::bpf_ktime_get_ns,
     macros::sock_ops,
     programs::SockOpsContext,
 };
@@ -160,6 +159,5 @@ fn refresh(ctx: &SockOpsContext, v: *mut ConnStats) {
         s.state = ctx_u32(addr_of!((*o).state));
         s.bytes_acked = read_volatile(addr_of!((*o).bytes_acked));
         s.bytes_received = read_volatile(addr_of!((*o).bytes_received));
-        s.last_update_ns = bpf_ktime_get_ns();
     }
 }
