@@ -48,6 +48,24 @@ fn bursts(m: &Metrics, iface: &str, peer: &str) -> (f64, f64, f64) {
     )
 }
 
+/// Puts a FIFO that never drops on side A's `iface`, only for its wire-equivalent byte
+/// counter (it counts a GSO packet as its segments with their headers, like probe), and
+/// returns a reader of its statistics.
+fn pfifo<'a>(pair: &'a Pair, iface: &'a str) -> impl Fn() -> kernel::Qdisc + 'a {
+    pair.a
+        .run(&[
+            "tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "100000",
+        ])
+        .unwrap();
+    move || {
+        kernel::qdiscs(&pair.a, iface)
+            .unwrap()
+            .into_iter()
+            .find(|q| q.kind == "pfifo")
+            .expect("pfifo qdisc")
+    }
+}
+
 #[test]
 fn bursts_match_the_generator() {
     cmd::require_root_and(&["ip", "nsenter", "tc"]);
@@ -55,19 +73,7 @@ fn bursts_match_the_generator() {
     let pair = Pair::new(65).unwrap();
     let iface = pair.veth_a.as_str();
     let peer = pair.ip_b.to_string();
-    // A FIFO that never drops, only for its wire-equivalent byte counter.
-    pair.a
-        .run(&[
-            "tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "100000",
-        ])
-        .unwrap();
-    let fifo_sent = || {
-        kernel::qdiscs(&pair.a, iface)
-            .unwrap()
-            .into_iter()
-            .find(|q| q.kind == "pfifo")
-            .expect("pfifo qdisc")
-    };
+    let fifo_sent = pfifo(&pair, iface);
     let addr = SocketAddr::new(pair.ip_b.into(), PORT);
     let sink = traffic::TcpSink::start(&pair.b, addr, Duration::from_secs(30)).unwrap();
     let mut opts = ProbeOpts::iface(iface).tick("500ms");
@@ -184,19 +190,8 @@ fn burst_counts_stay_exact_when_the_event_ring_is_full() {
     let pair = Pair::new(69).unwrap();
     let iface = pair.veth_a.as_str();
     let peer = pair.ip_b.to_string();
-    pair.a
-        .run(&[
-            "tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "100000",
-        ])
-        .unwrap();
-    let fifo_sent = || {
-        kernel::qdiscs(&pair.a, iface)
-            .unwrap()
-            .into_iter()
-            .find(|q| q.kind == "pfifo")
-            .expect("pfifo qdisc")
-            .sent_bytes
-    };
+    let pfifo_stats = pfifo(&pair, iface);
+    let fifo_sent = || pfifo_stats().sent_bytes;
     let cfg = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(cfg.path(), "[maps]\nburst_events_bytes = 4096\n").unwrap();
     let mut opts = ProbeOpts::iface(iface).tick("500ms");
