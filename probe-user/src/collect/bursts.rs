@@ -8,7 +8,6 @@ use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{log2_bucket, BurstEnd, BurstHist, BurstKey, LOG2_BUCKETS};
-
 use rustc_hash::FxHashMap;
 
 use super::{batch::MapReader, delta::DeltaTotals};
@@ -90,12 +89,7 @@ impl BurstCollector {
             let Some(series) = series_of(&k) else {
                 continue;
             };
-            let delta = flatten(&h);
-            self.totals.add_delta(series, delta.len(), |t| {
-                for (t, d) in t.iter_mut().zip(&delta) {
-                    *t += d;
-                }
-            });
+            self.totals.add_delta(series, &flatten(&h));
         }
         let map = &self.map;
         let entries = self

@@ -118,15 +118,17 @@ impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
         self.seen.insert(key, now);
     }
 
-    /// Adds counts that are deltas already (one event's, not a kernel counter's reading) to
-    /// series `series`, whose vectors are `len` long: `apply` adds them.
-    pub fn add_delta(&mut self, series: A, len: usize, apply: impl FnOnce(&mut [u64])) {
+    /// Adds counts that are deltas already (events', not a kernel counter's reading) to
+    /// series `series`.
+    pub fn add_delta(&mut self, series: A, delta: &[u64]) {
         self.last_seen.touch(&series);
-        let t = self.totals.entry(series).or_insert_with(|| vec![0; len]);
-        if t.len() < len {
-            t.resize(len, 0);
+        let t = self.totals.entry(series).or_default();
+        if t.len() < delta.len() {
+            t.resize(delta.len(), 0);
         }
-        apply(t);
+        for (t, d) in t.iter_mut().zip(delta) {
+            *t += d;
+        }
     }
 
     /// Ends a tick: entries not seen this tick are forgotten, and series without an entry
@@ -182,16 +184,16 @@ mod tests {
     fn deltas_and_kernel_readings_add_up_in_one_series() {
         let t0 = Instant::now();
         let mut d: DeltaTotals<u32, &str> = DeltaTotals::default();
-        d.add_delta("s", 2, |t| t[0] += 3);
+        d.add_delta("s", &[3, 0]);
         d.add(1, "s", vec![10, 1]);
         d.finish_at(t0);
         assert_eq!(d.totals()["s"], vec![13, 1]);
-        d.add_delta("s", 2, |t| t[1] += 4);
+        d.add_delta("s", &[0, 4]);
         d.add(1, "s", vec![12, 1]);
         d.finish_at(t0 + Duration::from_secs(1));
         assert_eq!(d.totals()["s"], vec![15, 5]);
         // A series fed by deltas alone expires like any other once they stop.
-        d.add_delta("e", 1, |t| t[0] += 1);
+        d.add_delta("e", &[1]);
         d.finish_at(t0 + Duration::from_secs(2));
         d.finish_at(t0 + Duration::from_secs(3) + SERIES_IDLE);
         assert_eq!(d.totals().get("e"), None);
