@@ -304,6 +304,23 @@ pub fn qdiscs(ns: &Netns, dev: &str) -> Result<Vec<Qdisc>> {
     parse_tc_qdiscs(&ns.run(&["tc", "-s", "qdisc", "show", "dev", dev])?)
 }
 
+/// Puts a root pfifo that never drops (limit 100,000) on `dev` in `ns`, for its `Sent`
+/// counters: they count a GSO packet as its segments, each with its headers, as probe does.
+pub fn add_counting_pfifo(ns: &Netns, dev: &str) -> Result<()> {
+    ns.run(&[
+        "tc", "qdisc", "add", "dev", dev, "root", "pfifo", "limit", "100000",
+    ])?;
+    Ok(())
+}
+
+/// The statistics of the pfifo [`add_counting_pfifo`] put on `dev`.
+pub fn counting_pfifo(ns: &Netns, dev: &str) -> Result<Qdisc> {
+    qdiscs(ns, dev)?
+        .into_iter()
+        .find(|q| q.kind == "pfifo" && q.parent == "root")
+        .with_context(|| format!("no root pfifo on {dev}"))
+}
+
 /// Whether `dev` has a clsact (or legacy ingress) qdisc, the one that holds tc filters.
 pub fn has_clsact(ns: &Netns, dev: &str) -> Result<bool> {
     Ok(qdiscs(ns, dev)?

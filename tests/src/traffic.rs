@@ -10,6 +10,16 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+/// A non-blocking TCP listener on `addr` in `ns` (a socket stays in the namespace it was
+/// made in).
+fn listen(ns: &Netns, addr: SocketAddr) -> Result<TcpListener> {
+    let listener = ns
+        .enter(|| TcpListener::bind(addr))?
+        .with_context(|| format!("bind {addr} in netns {}", ns.name()))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// A TCP receiver in a namespace: accepts one connection and reads (and discards) until EOF,
 /// counting bytes. Its thread stops at EOF, at `stop`, or after its time limit.
 pub struct TcpSink {
@@ -22,10 +32,7 @@ pub struct TcpSink {
 impl TcpSink {
     /// Listens on `addr` in `ns`; the reader thread gives up after `limit`.
     pub fn start(ns: &Netns, addr: SocketAddr, limit: Duration) -> Result<TcpSink> {
-        let listener = ns
-            .enter(|| TcpListener::bind(addr))?
-            .with_context(|| format!("bind {addr} in netns {}", ns.name()))?;
-        listener.set_nonblocking(true)?;
+        let listener = listen(ns, addr)?;
         let received = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (r, s) = (received.clone(), stop.clone());
@@ -123,10 +130,7 @@ pub struct TcpSinkMany {
 
 impl TcpSinkMany {
     pub fn start(ns: &Netns, addr: SocketAddr, limit: Duration) -> Result<TcpSinkMany> {
-        let listener = ns
-            .enter(|| TcpListener::bind(addr))?
-            .with_context(|| format!("bind {addr} in netns {}", ns.name()))?;
-        listener.set_nonblocking(true)?;
+        let listener = listen(ns, addr)?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = thread::spawn(move || {

@@ -103,18 +103,8 @@ fn burst_events_match(subnet: u8, burst: usize, period: Duration, bursts: usize,
     let iface = pair.veth_a.clone();
     let peer = pair.ip_b.to_string();
     // A FIFO that never drops, only for its wire-equivalent byte and packet counters.
-    pair.a
-        .run(&[
-            "tc", "qdisc", "add", "dev", &iface, "root", "pfifo", "limit", "100000",
-        ])
-        .unwrap();
-    let fifo = || {
-        kernel::qdiscs(&pair.a, &iface)
-            .unwrap()
-            .into_iter()
-            .find(|q| q.kind == "pfifo")
-            .expect("pfifo qdisc")
-    };
+    kernel::add_counting_pfifo(&pair.a, &iface).unwrap();
+    let fifo = || kernel::counting_pfifo(&pair.a, &iface).unwrap();
     let addr = SocketAddr::new(pair.ip_b.into(), port);
     let sink = traffic::TcpSink::start(&pair.b, addr, Duration::from_secs(30)).unwrap();
     let mut opts = ProbeOpts::iface(&iface).tick(TICK);

@@ -48,24 +48,6 @@ fn bursts(m: &Metrics, iface: &str, peer: &str) -> (f64, f64, f64) {
     )
 }
 
-/// Puts a FIFO that never drops on side A's `iface`, only for its wire-equivalent byte
-/// counter (it counts a GSO packet as its segments with their headers, like probe), and
-/// returns a reader of its statistics.
-fn pfifo<'a>(pair: &'a Pair, iface: &'a str) -> impl Fn() -> kernel::Qdisc + 'a {
-    pair.a
-        .run(&[
-            "tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "100000",
-        ])
-        .unwrap();
-    move || {
-        kernel::qdiscs(&pair.a, iface)
-            .unwrap()
-            .into_iter()
-            .find(|q| q.kind == "pfifo")
-            .expect("pfifo qdisc")
-    }
-}
-
 #[test]
 fn bursts_match_the_generator() {
     cmd::require_root_and(&["ip", "nsenter", "tc"]);
@@ -73,7 +55,8 @@ fn bursts_match_the_generator() {
     let pair = Pair::new(65).unwrap();
     let iface = pair.veth_a.as_str();
     let peer = pair.ip_b.to_string();
-    let fifo_sent = pfifo(&pair, iface);
+    kernel::add_counting_pfifo(&pair.a, iface).unwrap();
+    let fifo_sent = || kernel::counting_pfifo(&pair.a, iface).unwrap();
     let addr = SocketAddr::new(pair.ip_b.into(), PORT);
     let sink = traffic::TcpSink::start(&pair.b, addr, Duration::from_secs(30)).unwrap();
     let mut opts = ProbeOpts::iface(iface).tick("500ms");
@@ -190,8 +173,8 @@ fn burst_counts_stay_exact_when_the_event_ring_is_full() {
     let pair = Pair::new(69).unwrap();
     let iface = pair.veth_a.as_str();
     let peer = pair.ip_b.to_string();
-    let pfifo_stats = pfifo(&pair, iface);
-    let fifo_sent = || pfifo_stats().sent_bytes;
+    kernel::add_counting_pfifo(&pair.a, iface).unwrap();
+    let fifo_sent = || kernel::counting_pfifo(&pair.a, iface).unwrap().sent_bytes;
     let cfg = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(cfg.path(), "[maps]\nburst_events_bytes = 4096\n").unwrap();
     let mut opts = ProbeOpts::iface(iface).tick("500ms");

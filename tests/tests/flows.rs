@@ -140,20 +140,10 @@ fn tso_egress_matches_qdisc_counters() {
     cmd::require_root_and(&["ip", "nsenter", "iperf3", "tc", "ss"]);
     let pair = Pair::new(14).unwrap();
     let iface = pair.veth_a.as_str();
-    pair.a
-        .run(&[
-            "tc", "qdisc", "add", "dev", iface, "root", "pfifo", "limit", "100000",
-        ])
-        .unwrap();
+    kernel::add_counting_pfifo(&pair.a, iface).unwrap();
     let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
     let probe = Probe::start(&pair.a, ProbeOpts::iface(iface));
-    let root_fifo = || {
-        kernel::qdiscs(&pair.a, iface)
-            .unwrap()
-            .into_iter()
-            .find(|q| q.parent == "root")
-            .expect("root qdisc")
-    };
+    let root_fifo = || kernel::counting_pfifo(&pair.a, iface).unwrap();
     probe.wait_ticks(2);
     let m0 = probe.metrics();
     let q0 = root_fifo();
