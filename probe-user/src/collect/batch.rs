@@ -3,7 +3,7 @@
 //! tens of thousands of flows cheap. aya has no batch API, hence this small raw syscall.
 use std::{
     io,
-    mem::{size_of, MaybeUninit},
+    mem::size_of,
     os::fd::{AsRawFd, OwnedFd},
 };
 
@@ -27,13 +27,14 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// Buffers of one map's batch reads, kept between ticks: a tick's read of tens of thousands
-/// of entries then allocates nothing (fresh buffers of megabytes each tick are page faults,
-/// and glibc keeps freed ones resident). They hold at most the map's max_entries.
+/// One map's entries as read, keys and values side by side where the kernel wrote them,
+/// kept between ticks: a tick's read of tens of thousands of entries then allocates nothing
+/// (fresh buffers of megabytes each tick are page faults, and glibc keeps freed ones
+/// resident) and copies nothing after the kernel's own copy. They hold at most the map's
+/// max_entries.
 pub struct BatchBuf<K, V> {
-    keys: Vec<MaybeUninit<K>>,
-    values: Vec<MaybeUninit<V>>,
-    out: Vec<(K, V)>,
+    keys: Vec<K>,
+    values: Vec<V>,
 }
 
 impl<K, V> Default for BatchBuf<K, V> {
@@ -41,26 +42,49 @@ impl<K, V> Default for BatchBuf<K, V> {
         Self {
             keys: Vec::new(),
             values: Vec::new(),
-            out: Vec::new(),
         }
     }
 }
 
-/// Reads every (key, value) of a non-per-CPU hash map into `buf`. Err(Unsupported) on
-/// kernels without batch lookups, so the caller can fall back to iterating.
-pub fn lookup_all<'a, K: Pod, V: Pod>(
-    fd: &OwnedFd,
-    buf: &'a mut BatchBuf<K, V>,
-) -> io::Result<&'a [(K, V)]> {
-    buf.out.clear();
-    buf.keys.reserve_exact(CHUNK);
-    buf.values.reserve_exact(CHUNK);
-    let (out, keys, values) = (&mut buf.out, &mut buf.keys, &mut buf.values);
+impl<K, V> BatchBuf<K, V> {
+    /// The entries of the last read, in the kernel's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.keys.iter().zip(&self.values)
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn fill(&mut self, entries: impl IntoIterator<Item = (K, V)>) {
+        self.keys.clear();
+        self.values.clear();
+        for (k, v) in entries {
+            self.keys.push(k);
+            self.values.push(v);
+        }
+    }
+}
+
+/// Reads every (key, value) of a non-per-CPU hash map into `buf`, appending each chunk where
+/// the last ended. Err(Unsupported) on kernels without batch lookups, so the caller can fall
+/// back to iterating.
+pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io::Result<()> {
+    let (keys, values) = (&mut buf.keys, &mut buf.values);
+    keys.clear();
+    values.clear();
     // Hash maps use a u32 bucket cursor; 8 bytes leaves room for any map type's cursor.
     let mut cursor_in = 0u64;
     let mut cursor_out = 0u64;
     let mut first = true;
     loop {
+        keys.reserve(CHUNK);
+        values.reserve(CHUNK);
+        let at = keys.len();
         let mut attr = BatchAttr {
             in_batch: if first {
                 0
@@ -68,14 +92,15 @@ pub fn lookup_all<'a, K: Pod, V: Pod>(
                 &mut cursor_in as *mut u64 as u64
             },
             out_batch: &mut cursor_out as *mut u64 as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
+            // SAFETY (both): `at` is the length, and CHUNK more fit in the capacity.
+            keys: unsafe { keys.as_mut_ptr().add(at) } as u64,
+            values: unsafe { values.as_mut_ptr().add(at) } as u64,
             count: CHUNK as u32,
             map_fd: fd.as_raw_fd() as u32,
             ..BatchAttr::default()
         };
-        // SAFETY: attr points at valid buffers of CHUNK keys and values of the map's sizes
-        // (K and V are the map's key and value types), and lives across the call.
+        // SAFETY: attr points at room for CHUNK keys and values of the map's sizes (K and V
+        // are the map's key and value types), and lives across the call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
@@ -85,20 +110,17 @@ pub fn lookup_all<'a, K: Pod, V: Pod>(
             )
         };
         let err = (rc < 0).then(io::Error::last_os_error);
-        let n = attr.count as usize;
-        for i in 0..n.min(CHUNK) {
-            // SAFETY: the kernel wrote the first `count` entries.
-            unsafe {
-                out.push((
-                    keys.as_ptr().add(i).read().assume_init(),
-                    values.as_ptr().add(i).read().assume_init(),
-                ))
-            };
+        let n = (attr.count as usize).min(CHUNK);
+        // SAFETY: the kernel wrote the first `n` entries after `at`, and K and V are Pod: any
+        // bytes are valid values.
+        unsafe {
+            keys.set_len(at + n);
+            values.set_len(at + n);
         }
         match err {
             None => {}
             // ENOENT: the walk is complete (the last chunk may still have entries).
-            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             // ENOSPC: a bucket held more than CHUNK entries; the iterator copes with any layout.
             Some(e)
                 if matches!(
@@ -113,8 +135,8 @@ pub fn lookup_all<'a, K: Pod, V: Pod>(
         cursor_in = cursor_out;
         first = false;
         // Bounded: a map never holds more than u32::MAX entries; stop long before.
-        if out.len() > 16 * 1024 * 1024 {
-            return Ok(out);
+        if keys.len() > 16 * 1024 * 1024 {
+            return Ok(());
         }
     }
 }
@@ -145,19 +167,17 @@ impl<K: Pod, V: Pod> MapReader<K, V> {
     }
 
     /// The map's entries, valid until the next read.
-    pub fn read(&mut self, fallback: impl FnOnce() -> Vec<(K, V)>) -> &[(K, V)] {
+    pub fn read(&mut self, fallback: impl FnOnce() -> Vec<(K, V)>) -> &BatchBuf<K, V> {
         if let Some(fd) = &self.fd {
             match lookup_all::<K, V>(fd, &mut self.buf) {
-                // Returned through the field, not as the Ok value: that would keep
-                // `self.buf` borrowed on the error path too (today's borrow checker).
-                Ok(_) => return &self.buf.out,
+                Ok(()) => return &self.buf,
                 Err(e) => {
                     tracing::info!("batched map reads unavailable ({e}); reading entry by entry");
                     self.fd = None;
                 }
             }
         }
-        self.buf.out = fallback();
-        &self.buf.out
+        self.buf.fill(fallback());
+        &self.buf
     }
 }

@@ -95,9 +95,9 @@ impl BurstCollector {
         let entries = self
             .reader
             .read(|| map.iter().filter_map(Result::ok).collect());
-        for &(k, v) in entries {
-            if let Some(series) = series_of(&k) {
-                self.totals.add(k, series, flatten(&v));
+        for (k, v) in entries.iter() {
+            if let Some(series) = series_of(k) {
+                self.totals.add(*k, series, flatten(v));
             }
         }
         self.totals.finish();

@@ -29,9 +29,10 @@ pub struct TcpCollector {
     peers: HashMap<MapData, PeerKey, PeerTcp>,
     peer_reader: MapReader<PeerKey, PeerTcp>,
     totals: DeltaTotals<PeerKey, IpAddr>,
-    prev_samples: FxHashMap<ConnKey, u64>,
-    /// This tick's samples, built in a table kept between ticks and swapped with prev.
-    samples: FxHashMap<ConnKey, u64>,
+    /// Each open connection's RTT sample count at its last reading, and the tick of that
+    /// reading: one table updated in place (one lookup per connection per tick).
+    samples: FxHashMap<ConnKey, (u64, u64)>,
+    tick: u64,
     /// Open connections the full LRU map evicted, cumulative.
     evictions: u64,
 }
@@ -57,8 +58,8 @@ impl TcpCollector {
             peers,
             peer_reader,
             totals: DeltaTotals::default(),
-            prev_samples: FxHashMap::default(),
             samples: FxHashMap::default(),
+            tick: 0,
             evictions: 0,
         }
     }
@@ -76,34 +77,34 @@ impl TcpCollector {
         let peer_entries = self
             .peer_reader
             .read(|| peers.iter().filter_map(Result::ok).collect());
-        for &(k, v) in peer_entries {
+        for (k, v) in peer_entries.iter() {
             if let Some(peer) = ip_from_abi(k.family, &k.addr) {
-                self.totals.add(k, peer, flatten(&v));
+                self.totals.add(*k, peer, flatten(v));
             }
         }
         self.totals.finish();
 
         let mut aggs: FxHashMap<IpAddr, ConnAgg> = FxHashMap::default();
-        let samples = &mut self.samples;
-        samples.clear();
+        self.tick += 1;
+        let tick = self.tick;
         let mut closed = Vec::new();
         let conns = &self.conns;
         let entries = self
             .reader
             .read(|| conns.iter().filter_map(Result::ok).collect());
-        for &(k, c) in entries {
+        for (k, c) in entries.iter() {
             if c.state == TCP_CLOSE {
-                closed.push(k);
+                closed.push(*k);
                 continue;
             }
             let Some(peer) = ip_from_abi(k.family, &k.raddr) else {
                 continue;
             };
-            let active =
-                self.prev_samples.get(&k).is_none_or(|n| c.rtt_samples > *n) && c.rtt_samples > 0;
-            samples.insert(k, c.rtt_samples);
+            let slot = self.samples.entry(*k).or_insert((0, 0));
+            let active = (slot.1 == 0 || c.rtt_samples > slot.0) && c.rtt_samples > 0;
+            *slot = (c.rtt_samples, tick);
             if c.srtt_us > 0 {
-                slow.push(c.srtt_us.into(), (k, c));
+                slow.push(c.srtt_us.into(), (*k, *c));
             }
             let a = aggs.entry(peer).or_default();
             a.open += 1;
@@ -121,16 +122,21 @@ impl TcpCollector {
         // was evicted by the full LRU map (its next RTT callback inserts it again, evicting
         // another). Evictions between two reads of a connection are not seen: a lower bound.
         let closed_now: FxHashSet<&ConnKey> = closed.iter().collect();
-        self.evictions += self
-            .prev_samples
-            .keys()
-            .filter(|k| !samples.contains_key(*k) && !closed_now.contains(k))
-            .count() as u64;
+        let mut evicted = 0;
+        self.samples.retain(|k, (_, seen)| {
+            if *seen == tick {
+                return true;
+            }
+            if !closed_now.contains(k) {
+                evicted += 1;
+            }
+            false
+        });
+        self.evictions += evicted;
         // Closed connections were read one last time above; free their slots.
         for k in closed {
             let _ = self.conns.remove(&k);
         }
-        std::mem::swap(&mut self.prev_samples, &mut self.samples);
 
         let mut out: Vec<PeerSeries> = self
             .totals

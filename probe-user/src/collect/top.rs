@@ -3,6 +3,9 @@
 pub struct TopN<T> {
     n: usize,
     items: Vec<(u64, T)>,
+    /// The lowest score kept once full: most items of a walk score no higher and are
+    /// turned away by this one comparison instead of a scan of the N kept.
+    floor: u64,
 }
 
 impl<T> TopN<T> {
@@ -10,24 +13,35 @@ impl<T> TopN<T> {
         Self {
             n,
             items: Vec::with_capacity(n),
+            floor: 0,
         }
     }
 
     pub fn push(&mut self, score: u64, item: T) {
         if self.items.len() < self.n {
             self.items.push((score, item));
+            if self.items.len() == self.n {
+                self.floor = self.lowest().map_or(0, |(_, s)| s);
+            }
             return;
         }
-        // Replace the lowest score if this one beats it (n is small: a linear scan).
-        if let Some((i, _)) = self
-            .items
+        if score <= self.floor {
+            return;
+        }
+        // Replace the lowest score (n is small: a linear scan, only when one is beaten).
+        if let Some((i, _)) = self.lowest() {
+            self.items[i] = (score, item);
+            self.floor = self.lowest().map_or(0, |(_, s)| s);
+        }
+    }
+
+    /// Index and score of the lowest kept.
+    fn lowest(&self) -> Option<(usize, u64)> {
+        self.items
             .iter()
             .enumerate()
             .min_by_key(|(_, (s, _))| *s)
-            .filter(|(_, (s, _))| score > *s)
-        {
-            self.items[i] = (score, item);
-        }
+            .map(|(i, (s, _))| (i, *s))
     }
 
     /// Highest score first.
@@ -49,5 +63,18 @@ mod tests {
         }
         let got: Vec<char> = t.into_sorted().into_iter().map(|(_, x)| x).collect();
         assert_eq!(got, ['c', 'd', 'a']);
+    }
+
+    #[test]
+    fn ties_with_the_lowest_kept_stay_out_and_zero_n_keeps_nothing() {
+        let mut t = TopN::new(2);
+        for (s, x) in [(4, 'a'), (4, 'b'), (4, 'c'), (5, 'd'), (4, 'e')] {
+            t.push(s, x);
+        }
+        let got: Vec<char> = t.into_sorted().into_iter().map(|(_, x)| x).collect();
+        assert_eq!(got, ['d', 'b'], "the first of equal lowest goes");
+        let mut none = TopN::new(0);
+        none.push(9, 'x');
+        assert!(none.into_sorted().is_empty());
     }
 }
