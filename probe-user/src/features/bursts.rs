@@ -50,6 +50,11 @@ impl Bursts {
             }
         }
         self.longest = self.longest.max(b.end - b.start);
+        // Most come in start order: appending needs no search.
+        if self.events.back().is_none_or(|e| e.start <= b.start) {
+            self.events.push_back(b);
+            return;
+        }
         let at = self
             .events
             .iter()

@@ -45,6 +45,28 @@ fn kind_index(kind: &str) -> Option<usize> {
     o::ENTITY_KINDS.iter().position(|k| *k == kind)
 }
 
+/// The indices of `events` grouped by peer, peers in the order they first appear and each
+/// peer's events in theirs: a peer's burst state sees exactly the sequence it would see one
+/// event at a time, with one entity lookup per peer instead of per event (30,000 events a
+/// tick at the bench's 10,000 connections, 64 peers). Live, a peer's events share one label
+/// (collect names each peer once a tick), so most are grouped by the label's address;
+/// equal names in separate labels (a replay's) meet in the name lookup.
+fn by_peer(events: &[BurstEvent]) -> Vec<(&str, Vec<usize>)> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut by_label: FxHashMap<*const u8, usize> = FxHashMap::default();
+    let mut by_name: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, ev) in events.iter().enumerate() {
+        let g = *by_label.entry(ev.peer.as_ptr()).or_insert_with(|| {
+            *by_name.entry(&ev.peer).or_insert_with(|| {
+                groups.push((&ev.peer, Vec::new()));
+                groups.len() - 1
+            })
+        });
+        groups[g].1.push(i);
+    }
+    groups
+}
+
 impl Engine {
     pub fn new(cfg: FeatureConfig) -> Self {
         let schemas = o::ENTITY_KINDS
@@ -124,15 +146,18 @@ impl Engine {
         events: &[BurstEvent],
     ) -> Vec<FeatureRow> {
         let peer = kind_index(o::PEER).expect("peers are a kind");
-        for ev in events {
-            if let Some(e) = self.entity(peer, &ev.peer, now) {
+        for (name, group) in by_peer(events) {
+            if let Some(e) = self.entity(peer, name, now) {
                 e.last_seen = now;
                 if let Some(b) = &mut e.bursts {
-                    b.add(Burst {
-                        start: ev.start_unix,
-                        end: ev.start_unix + ev.duration_s,
-                        bytes: ev.bytes as f64,
-                    });
+                    for &i in &group {
+                        let ev = &events[i];
+                        b.add(Burst {
+                            start: ev.start_unix,
+                            end: ev.start_unix + ev.duration_s,
+                            bytes: ev.bytes as f64,
+                        });
+                    }
                 }
             }
         }
@@ -261,5 +286,33 @@ impl Cross {
                 .and_then(|h| h.qdisc_backlog_bytes)
                 .map_or(f64::NAN, |b| b as f64),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_group_by_peer_in_order_across_labels() {
+        let ev = |peer: Arc<str>| BurstEvent {
+            peer,
+            ..BurstEvent::default()
+        };
+        let a: Arc<str> = "a".into();
+        let b: Arc<str> = "b".into();
+        let events = [
+            ev(b.clone()),
+            ev(a.clone()),
+            ev("b".into()),
+            ev(b.clone()),
+            ev(a),
+            ev("c".into()),
+        ];
+        let got: Vec<(&str, Vec<usize>)> = by_peer(&events);
+        assert_eq!(
+            got,
+            [("b", vec![0, 2, 3]), ("a", vec![1, 4]), ("c", vec![5])]
+        );
     }
 }
