@@ -32,6 +32,7 @@ use crate::{
 type RdmaReceiver = tokio::sync::watch::Receiver<Arc<RdmaSnapshot>>;
 
 pub fn main(args: RunArgs) -> Result<()> {
+    one_malloc_arena();
     let cfg = Config::resolve(&args)?;
     // A bad model is a configuration error: say so before touching the kernel.
     let model = model::load(cfg.model.as_deref(), &cfg.features)?;
@@ -49,6 +50,16 @@ pub fn main(args: RunArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(daemon(cfg, web, Arc::new(Mutex::new(model.map(Arc::new)))))
+}
+
+/// One glibc malloc arena for the whole daemon. By default each thread that allocates gets
+/// its own arena, and each keeps what it freed: the collect stage runs on tokio's blocking
+/// pool, so its tick buffers lived in a second arena beside the main heap's copy of the
+/// snapshot. With one arena the threads take turns (they barely overlap: one tick at a
+/// time) and peak RSS at 10,000 flows fell by ~6 MiB (docs/benchmarks.md).
+fn one_malloc_arena() {
+    // SAFETY: mallopt only sets a malloc parameter; called before any other thread exists.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
 }
 
 async fn daemon(cfg: Config, web: WebConfig, model: Slot) -> Result<()> {
