@@ -110,17 +110,24 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io:
             )
         };
         let err = (rc < 0).then(io::Error::last_os_error);
-        let n = (attr.count as usize).min(CHUNK);
-        // SAFETY: the kernel wrote the first `n` entries after `at`, and K and V are Pod: any
-        // bytes are valid values.
-        unsafe {
-            keys.set_len(at + n);
-            values.set_len(at + n);
+        let complete = err
+            .as_ref()
+            .is_some_and(|e| e.raw_os_error() == Some(libc::ENOENT));
+        // Only a success or ENOENT (the walk is complete; the last chunk may still have
+        // entries) says how many entries the kernel wrote; after any other error, `count`
+        // may still be what was asked.
+        if err.is_none() || complete {
+            let n = (attr.count as usize).min(CHUNK);
+            // SAFETY: the kernel wrote the first `n` entries after `at`, and K and V are Pod:
+            // any bytes are valid values.
+            unsafe {
+                keys.set_len(at + n);
+                values.set_len(at + n);
+            }
         }
         match err {
             None => {}
-            // ENOENT: the walk is complete (the last chunk may still have entries).
-            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Some(_) if complete => return Ok(()),
             // ENOSPC: a bucket held more than CHUNK entries; the iterator copes with any layout.
             Some(e)
                 if matches!(
