@@ -52,14 +52,6 @@ impl<K, V> BatchBuf<K, V> {
         self.keys.iter().zip(&self.values)
     }
 
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     fn fill(&mut self, entries: impl IntoIterator<Item = (K, V)>) {
         self.keys.clear();
         self.values.clear();

@@ -36,14 +36,14 @@ pub struct Totals {
 /// recreated entry apart (48 bytes instead of the whole FlowStats: 20,000 flows at the
 /// bench's 10,000 connections).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reading {
-    pub bytes: u64,
-    pub packets: u64,
-    pub ce_packets: u64,
-    pub ect_packets: u64,
-    pub first_seen_ns: u64,
+struct Reading {
+    bytes: u64,
+    packets: u64,
+    ce_packets: u64,
+    ect_packets: u64,
+    first_seen_ns: u64,
     /// The collector's tick this reading is of.
-    pub tick: u64,
+    tick: u64,
 }
 
 impl Reading {
@@ -85,8 +85,7 @@ pub struct FlowCollector {
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
     /// Last reading of each flow.
     prev: FxHashMap<FlowKey, Reading>,
-    /// Each series' totals, and the tick a flow of it was last read in.
-    totals: FxHashMap<SeriesKey, (Totals, u64)>,
+    totals: FxHashMap<SeriesKey, Totals>,
     /// Series whose flows are all gone are dropped after `delta::SERIES_IDLE`.
     last_seen: LastSeen<SeriesKey>,
     tick: u64,
@@ -96,8 +95,7 @@ pub struct FlowCollector {
 
 /// What one tick of the flow collector yields.
 pub struct FlowTick<'a> {
-    /// Each series' totals (and the tick a flow of it was last read in).
-    pub totals: &'a FxHashMap<SeriesKey, (Totals, u64)>,
+    pub totals: &'a FxHashMap<SeriesKey, Totals>,
     /// (ifindex, direction) -> (bytes, packets) of non-IP traffic, cumulative.
     pub nonip: Vec<(IfaceKey, IfaceStats)>,
     pub tracked: u64,
@@ -160,9 +158,8 @@ impl FlowCollector {
                     direction: k.direction,
                     peer,
                 };
-                let (t, seen) = self.totals.entry(key).or_default();
-                t.add_delta(v, before);
-                *seen = tick;
+                self.last_seen.touch(&key);
+                self.totals.entry(key).or_default().add_delta(v, before);
             }
             let tick_bytes = v.bytes - before.map_or(0, |b| b.bytes.min(v.bytes));
             if tick_bytes > 0 {
@@ -171,12 +168,6 @@ impl FlowCollector {
             *slot = Reading::of(v, tick);
             if now_ns.saturating_sub(v.last_seen_ns) > self.idle_timeout_ns {
                 idle.push((*k, *v));
-            }
-        }
-        // Once per series, not per flow.
-        for (key, (_, seen)) in &self.totals {
-            if *seen == tick {
-                self.last_seen.touch(key);
             }
         }
         // Idle flows were counted to their last byte: delete them from the kernel map.

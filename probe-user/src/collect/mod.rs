@@ -111,7 +111,7 @@ impl Collector {
     pub fn tick(&mut self, ifnames: &HashMap<u32, String>) -> Snapshot {
         let mut snap = Snapshot::default();
         let ft = self.flows.tick(monotonic_ns());
-        for (k, (t, _)) in ft.totals {
+        for (k, t) in ft.totals {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
             };

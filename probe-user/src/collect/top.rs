@@ -3,9 +3,6 @@
 pub struct TopN<T> {
     n: usize,
     items: Vec<(u64, T)>,
-    /// The lowest score kept once full: most items of a walk score no higher and are
-    /// turned away by this one comparison instead of a scan of the N kept.
-    floor: u64,
 }
 
 impl<T> TopN<T> {
@@ -13,35 +10,24 @@ impl<T> TopN<T> {
         Self {
             n,
             items: Vec::with_capacity(n),
-            floor: 0,
         }
     }
 
     pub fn push(&mut self, score: u64, item: T) {
         if self.items.len() < self.n {
             self.items.push((score, item));
-            if self.items.len() == self.n {
-                self.floor = self.lowest().map_or(0, |(_, s)| s);
-            }
             return;
         }
-        if score <= self.floor {
-            return;
-        }
-        // Replace the lowest score (n is small: a linear scan, only when one is beaten).
-        if let Some((i, _)) = self.lowest() {
-            self.items[i] = (score, item);
-            self.floor = self.lowest().map_or(0, |(_, s)| s);
-        }
-    }
-
-    /// Index and score of the lowest kept.
-    fn lowest(&self) -> Option<(usize, u64)> {
-        self.items
+        // Replace the lowest score if this one beats it (n is small: a linear scan).
+        if let Some((i, _)) = self
+            .items
             .iter()
             .enumerate()
             .min_by_key(|(_, (s, _))| *s)
-            .map(|(i, (s, _))| (i, *s))
+            .filter(|(_, (s, _))| score > *s)
+        {
+            self.items[i] = (score, item);
+        }
     }
 
     /// Highest score first.
