@@ -41,26 +41,25 @@ impl<T> TopN<T> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn keeps_the_highest() {
-        let mut t = TopN::new(3);
-        for (s, x) in [(5, 'a'), (1, 'b'), (9, 'c'), (7, 'd'), (2, 'e')] {
+    /// The items TopN(n) keeps of `items`, highest first.
+    fn top(n: usize, items: &[(u64, char)]) -> Vec<char> {
+        let mut t = TopN::new(n);
+        for &(s, x) in items {
             t.push(s, x);
         }
-        let got: Vec<char> = t.into_sorted().into_iter().map(|(_, x)| x).collect();
+        t.into_sorted().into_iter().map(|(_, x)| x).collect()
+    }
+
+    #[test]
+    fn keeps_the_highest() {
+        let got = top(3, &[(5, 'a'), (1, 'b'), (9, 'c'), (7, 'd'), (2, 'e')]);
         assert_eq!(got, ['c', 'd', 'a']);
     }
 
     #[test]
     fn ties_with_the_lowest_kept_stay_out_and_zero_n_keeps_nothing() {
-        let mut t = TopN::new(2);
-        for (s, x) in [(4, 'a'), (4, 'b'), (4, 'c'), (5, 'd'), (4, 'e')] {
-            t.push(s, x);
-        }
-        let got: Vec<char> = t.into_sorted().into_iter().map(|(_, x)| x).collect();
+        let got = top(2, &[(4, 'a'), (4, 'b'), (4, 'c'), (5, 'd'), (4, 'e')]);
         assert_eq!(got, ['d', 'b'], "the first of equal lowest goes");
-        let mut none = TopN::new(0);
-        none.push(9, 'x');
-        assert!(none.into_sorted().is_empty());
+        assert!(top(0, &[(9, 'x')]).is_empty());
     }
 }
