@@ -46,6 +46,14 @@ pub const CONNS_MAX_ENTRIES: u32 = 65_536;
 pub const PEERS_MAX_ENTRIES: u32 = 16_384;
 pub const IFACES_MAX_ENTRIES: u32 = 1_024;
 pub const BURSTS_MAX_ENTRIES: u32 = 16_384;
+/// Slots per CPU of SERIES_SLOTS, the per-CPU table of series counters (a power of two; the
+/// loader may change it and patches SERIES_SLOTS_MASK to match). 64 bytes each per possible
+/// CPU, and user space reads all of them every tick: 1,024 is 64 KiB per CPU.
+pub const SERIES_SLOTS_DEFAULT: u32 = 1_024;
+/// Series that found no slot in their CPU's table, in SERIES (a per-CPU hash). Not
+/// preallocated: a per-CPU entry costs its size on every possible CPU, so memory follows
+/// the series that overflow.
+pub const SERIES_MAX_ENTRIES: u32 = 16_384;
 /// Packets waiting in a monitored qdisc, keyed by skb address (for sojourn time).
 pub const QDISC_INFLIGHT_MAX_ENTRIES: u32 = 65_536;
 pub const DROP_REASONS_MAX_ENTRIES: u32 = 1_024;
@@ -68,10 +76,12 @@ pub mod errors {
     pub const SOJOURN_FULL: u32 = 6;
     /// A burst end the full BURST_EVENTS ring buffer had no room for (an event lost).
     pub const BURST_EVENTS_FULL: u32 = 7;
+    /// A packet of a new series the full SERIES map refused: its series misses it.
+    pub const SERIES_FULL: u32 = 8;
     /// Slots in the array: one per name.
     pub const COUNT: u32 = NAMES.len() as u32;
     /// Map names for the exported label, by slot.
-    pub const NAMES: [&str; 8] = [
+    pub const NAMES: [&str; 9] = [
         "FLOWS",
         "CONNS",
         "PEER_TCP",
@@ -80,6 +90,7 @@ pub mod errors {
         "NONIP",
         "QDISC_SOJOURN",
         "BURST_EVENTS",
+        "SERIES",
     ];
 }
 
@@ -90,6 +101,8 @@ pub mod names {
     pub const CONNS: &str = "CONNS";
     pub const PEER_TCP: &str = "PEER_TCP";
     pub const PEER_BURSTS: &str = "PEER_BURSTS";
+    pub const SERIES: &str = "SERIES";
+    pub const SERIES_SLOTS: &str = "SERIES_SLOTS";
     pub const DROPS: &str = "DROPS";
     pub const QDISC_IFACES: &str = "QDISC_IFACES";
     pub const QDISC_INFLIGHT: &str = "QDISC_INFLIGHT";
@@ -111,6 +124,8 @@ pub mod names {
 pub mod globals {
     /// u64: an idle gap longer than this (ns) ends a flow's burst.
     pub const BURST_GAP_NS: &str = "BURST_GAP_NS";
+    /// u32: SERIES_SLOTS' max_entries - 1 (a power of two minus one).
+    pub const SERIES_SLOTS_MASK: &str = "SERIES_SLOTS_MASK";
     /// u32 offsets of fields in the `tcp:tcp_retransmit_skb` tracepoint record, read by the
     /// loader from the event's `format` file because they differ between kernels.
     pub const RETX_OFF_FAMILY: &str = "RETX_OFF_FAMILY";
@@ -241,6 +256,51 @@ pub struct BurstKey {
     pub direction: u8,
     pub _pad: u16,
 }
+
+/// One series' traffic (SERIES, keyed by BurstKey), per CPU: wire-equivalent bytes and
+/// packets as FlowStats counts them, and the ECN counts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeriesStats {
+    pub bytes: u64,
+    pub packets: u64,
+    pub ce_packets: u64,
+    pub ect_packets: u64,
+}
+
+/// One slot of SERIES_SLOTS: one series' traffic as one CPU counted it, and which series that
+/// is. 64 bytes. `tag` packs ifindex, family and direction with a bit that marks the slot
+/// taken (0: free); `last_ns` is the slot's last packet, after which a slot idle for
+/// SERIES_STALE_NS may be taken by another series.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeriesSlot {
+    pub addr: Addr,
+    pub tag: u64,
+    pub last_ns: u64,
+    pub bytes: u64,
+    pub packets: u64,
+    pub ce_packets: u64,
+    pub ect_packets: u64,
+}
+
+impl SeriesSlot {
+    pub const TAKEN: u64 = 1 << 48;
+
+    #[inline(always)]
+    pub fn tag(ifindex: u32, family: u8, direction: u8) -> u64 {
+        ifindex as u64 | (family as u64) << 32 | (direction as u64) << 40 | Self::TAKEN
+    }
+
+    /// (ifindex, family, direction) of a taken slot's tag.
+    pub fn untag(tag: u64) -> (u32, u8, u8) {
+        (tag as u32, (tag >> 32) as u8, (tag >> 40) as u8)
+    }
+}
+
+/// A series slot untouched this long may be taken by another series (ns). Far above any tick:
+/// user space has long read the old series' last counts.
+pub const SERIES_STALE_NS: u64 = 600_000_000_000;
 
 /// Ended bursts: log2 histograms of their sizes (bytes) and durations (ns).
 #[repr(C)]
@@ -375,6 +435,8 @@ const _: () = {
     assert!(core::mem::size_of::<ConnKey>() == 40);
     assert!(core::mem::size_of::<ConnStats>() == 56);
     assert!(core::mem::size_of::<BurstKey>() == 24);
+    assert!(core::mem::size_of::<SeriesStats>() == 32);
+    assert!(core::mem::size_of::<SeriesSlot>() == 64);
     assert!(core::mem::size_of::<BurstHist>() == 8 * (2 * LOG2_BUCKETS + 3));
     assert!(core::mem::size_of::<NsHist>() == 8 * (LOG2_BUCKETS + 2));
     assert!(core::mem::size_of::<Inflight>() == 16);
@@ -401,6 +463,8 @@ mod pod {
     unsafe impl aya::Pod for ConnStats {}
     unsafe impl aya::Pod for BurstKey {}
     unsafe impl aya::Pod for BurstHist {}
+    unsafe impl aya::Pod for SeriesStats {}
+    unsafe impl aya::Pod for SeriesSlot {}
     unsafe impl aya::Pod for NsHist {}
     unsafe impl aya::Pod for Inflight {}
     unsafe impl aya::Pod for BurstEnd {}

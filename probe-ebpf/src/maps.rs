@@ -1,14 +1,15 @@
 //! The maps every program shares, and the small helpers that update them.
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use probe_ebpf::{
     errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
-    Inflight, NsHist, PeerKey, PeerTcp, BURSTS_MAX_ENTRIES, BURST_EVENTS_BYTES, CONNS_MAX_ENTRIES,
-    DROP_REASONS_MAX_ENTRIES, FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES,
-    QDISC_INFLIGHT_MAX_ENTRIES,
+    Inflight, NsHist, PeerKey, PeerTcp, SeriesSlot, SeriesStats, BURSTS_MAX_ENTRIES,
+    BURST_EVENTS_BYTES, CONNS_MAX_ENTRIES, DROP_REASONS_MAX_ENTRIES, FLOWS_MAX_ENTRIES,
+    IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES, QDISC_INFLIGHT_MAX_ENTRIES, SERIES_MAX_ENTRIES,
+    SERIES_SLOTS_DEFAULT,
 };
 
 /// Per-flow counters. LRU so that a full map evicts the coldest flow instead of dropping
@@ -36,6 +37,21 @@ pub static PEER_TCP: LruHashMap<PeerKey, PeerTcp> =
 #[map(name = "PEER_BURSTS")]
 pub static PEER_BURSTS: LruHashMap<BurstKey, BurstHist> =
     LruHashMap::with_max_entries(BURSTS_MAX_ENTRIES, 0);
+
+/// Series counters for the series that found no slot in SERIES_SLOTS, per CPU. Not LRU: a
+/// full map refuses a new series and counts it (SERIES_FULL) rather than evict one whose
+/// counts were not read yet.
+#[map(name = "SERIES")]
+pub static SERIES: PerCpuHashMap<BurstKey, SeriesStats> =
+    PerCpuHashMap::with_max_entries(SERIES_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// The series counters' fast path: an open-addressed table per CPU, indexed by a hash of the
+/// series and probed a few slots, with no lock, atomic or hash-map call. Each CPU takes
+/// slots on its own, so one series may hold a different slot on each CPU; user space sums
+/// them. A series that finds no slot goes to SERIES.
+#[map(name = "SERIES_SLOTS")]
+pub static SERIES_SLOTS: PerCpuArray<SeriesSlot> =
+    PerCpuArray::with_max_entries(SERIES_SLOTS_DEFAULT, 0);
 
 /// One record per ended burst (probe_ebpf::BurstEnd), drained by user space every tick. A
 /// ring buffer rather than a perf buffer: one buffer shared by all CPUs, records in order,

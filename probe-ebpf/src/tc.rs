@@ -6,24 +6,32 @@
 //! Every program returns TC_ACT_UNSPEC (-1): it only observes, the packet goes on as if the
 //! filter were not there.
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_RB_NO_WAKEUP, TC_ACT_UNSPEC},
+    bindings::{BPF_ANY, BPF_NOEXIST, BPF_RB_NO_WAKEUP, TC_ACT_UNSPEC},
     helpers::bpf_ktime_get_ns,
     macros::classifier,
     programs::TcContext,
 };
 use probe_ebpf::{
     errors, log2_bucket, BurstEnd, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight,
-    AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS,
+    SeriesSlot, SeriesStats, AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS, SERIES_SLOTS_DEFAULT,
+    SERIES_STALE_NS,
 };
 
 use crate::maps::{
     atomic_add, bucket_index, count_error, lookup_or_copy, lookup_or_init, zeroed, BURST_EVENTS,
-    FLOWS, NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, ZERO_BURSTS,
+    FLOWS, NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS, ZERO_BURSTS,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
 #[unsafe(no_mangle)]
 static BURST_GAP_NS: u64 = 1_000_000;
+
+/// SERIES_SLOTS' size minus one. Patched by the loader when it resizes the table.
+#[unsafe(no_mangle)]
+static SERIES_SLOTS_MASK: u32 = SERIES_SLOTS_DEFAULT - 1;
+
+/// Slots a series may try in its CPU's table before it goes to SERIES.
+const SERIES_PROBES: u32 = 4;
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
@@ -179,6 +187,7 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     };
     let wire_bytes = len + (segs - 1) * hdr_len;
     let now = unsafe { bpf_ktime_get_ns() };
+    count_series(&key, now, wire_bytes, segs, ecn);
 
     let init = || FlowStats {
         first_seen_ns: now,
@@ -195,17 +204,19 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     };
     // SAFETY: v points at a live map value for the duration of this run.
     let s = unsafe { &mut *v };
-    atomic_add(&mut s.bytes, wire_bytes);
-    atomic_add(&mut s.packets, segs);
+    // Plain adds, like the burst fields below: a flow's packets are almost always handled by
+    // one CPU at a time, and a rare lost update only blurs this flow's detail. The exported
+    // counters are the series', counted per CPU above, exactly.
+    s.bytes += wire_bytes;
+    s.packets += segs;
     if ecn == 0x3 {
-        atomic_add(&mut s.ce_packets, segs);
+        s.ce_packets += segs;
     }
     if ecn != 0 {
-        atomic_add(&mut s.ect_packets, segs);
+        s.ect_packets += segs;
     }
 
-    // Bursts. The burst fields are plain stores: a flow's packets are almost always handled
-    // by one CPU at a time, and a rare lost update only blurs one burst's size.
+    // Bursts.
     let gap = unsafe { core::ptr::read_volatile(&BURST_GAP_NS) };
     let last = s.last_seen_ns;
     if now > last && now - last > gap && s.burst_bytes > 0 {
@@ -228,6 +239,85 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     }
     s.burst_bytes += wire_bytes;
     s.last_seen_ns = now;
+}
+
+/// Adds the packet to its series (peer, interface, direction): the exported per-series
+/// counters, which the daemon then reads without walking every flow. In this CPU's table
+/// when the series has (or finds) one of the few slots its hash points at, else in SERIES.
+#[inline(always)]
+fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
+    let ce = if ecn == 0x3 { segs } else { 0 };
+    let ect = if ecn != 0 { segs } else { 0 };
+    let addr = if k.direction == DIR_EGRESS {
+        &k.dst
+    } else {
+        &k.src
+    };
+    let tag = SeriesSlot::tag(k.ifindex, k.family, k.direction);
+    // Multiplicative hashing: the product's high half mixes every input bit.
+    let lo = addr[0] as u64 | (addr[1] as u64) << 32;
+    let hi = addr[2] as u64 | (addr[3] as u64) << 32;
+    let h = ((lo ^ hi.rotate_left(29) ^ tag).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32;
+    let mask = unsafe { core::ptr::read_volatile(&SERIES_SLOTS_MASK) };
+    let mut i = 0u32;
+    while i < SERIES_PROBES {
+        let Some(p) = SERIES_SLOTS.get_ptr_mut(h.wrapping_add(i) & mask) else {
+            break;
+        };
+        // SAFETY: this CPU's slot: no other writer during this run.
+        let s = unsafe { &mut *p };
+        if s.tag == tag && s.addr == *addr {
+            s.last_ns = now;
+            s.bytes += bytes;
+            s.packets += segs;
+            s.ce_packets += ce;
+            s.ect_packets += ect;
+            return;
+        }
+        if s.tag == 0 || now.saturating_sub(s.last_ns) > SERIES_STALE_NS {
+            // Free, or its series has long been read for the last time: start this one.
+            s.addr = *addr;
+            s.tag = tag;
+            s.last_ns = now;
+            s.bytes = bytes;
+            s.packets = segs;
+            s.ce_packets = ce;
+            s.ect_packets = ect;
+            return;
+        }
+        i += 1;
+    }
+    let mut key: BurstKey = zeroed();
+    key.addr = *addr;
+    key.ifindex = k.ifindex;
+    key.family = k.family;
+    key.direction = k.direction;
+    let add = |p: *mut SeriesStats| {
+        // SAFETY: this CPU's slot of a live per-CPU value: no other writer during this run.
+        unsafe {
+            (*p).bytes += bytes;
+            (*p).packets += segs;
+            (*p).ce_packets += ce;
+            (*p).ect_packets += ect;
+        }
+    };
+    if let Some(p) = SERIES.get_ptr_mut(&key) {
+        return add(p);
+    }
+    let v = SeriesStats {
+        bytes,
+        packets: segs,
+        ce_packets: ce,
+        ect_packets: ect,
+    };
+    // NOEXIST: if another CPU created the series meanwhile, add to this CPU's part of it.
+    if SERIES.insert(&key, &v, BPF_NOEXIST as u64).is_ok() {
+        return;
+    }
+    match SERIES.get_ptr_mut(&key) {
+        Some(p) => add(p),
+        None => count_error(errors::SERIES_FULL),
+    }
 }
 
 /// Streams an ended burst to user space, which folds the records into the per-peer
