@@ -19,6 +19,9 @@ pub struct Config {
     /// Serve /api/v1/snapshot.
     pub snapshot_api: bool,
     pub tick: Duration,
+    /// How often the per-flow map is walked (top flows, tracked and evicted flow counts,
+    /// idle flow deletion); the per-peer series are read every tick regardless.
+    pub flow_scan: Duration,
     pub burst_gap: Duration,
     pub tc_attach: TcAttach,
     /// Peers with their own series; the rest fold into peer="other".
@@ -55,6 +58,9 @@ pub struct MapSizes {
     /// Bytes of the BURST_EVENTS ring (64 per burst end). A full ring loses events, not
     /// histogram counts (the programs then fold the burst in the kernel).
     pub burst_events_bytes: u32,
+    /// Slots per CPU of the per-series counter table (a power of two); 0: sized by the
+    /// number of possible CPUs (`MapSizes::series_slots_for`).
+    pub series_slots: u32,
 }
 
 impl Default for MapSizes {
@@ -64,7 +70,26 @@ impl Default for MapSizes {
             conns: probe_ebpf::CONNS_MAX_ENTRIES,
             peers: probe_ebpf::PEERS_MAX_ENTRIES,
             burst_events_bytes: probe_ebpf::BURST_EVENTS_BYTES,
+            series_slots: 0,
         }
+    }
+}
+
+impl MapSizes {
+    /// The series table's slots per CPU on a host with `cpus` possible CPUs: as configured,
+    /// or by default as many as keep the whole table (read every tick) at 65,536 slots, 4 MiB,
+    /// within 64 to SERIES_SLOTS_DEFAULT per CPU.
+    pub fn series_slots_for(&self, cpus: usize) -> u32 {
+        if self.series_slots != 0 {
+            return self.series_slots;
+        }
+        let fit = (65_536 / cpus.max(1)) as u32;
+        let pow2 = if fit.is_power_of_two() {
+            fit
+        } else {
+            fit.next_power_of_two() / 2
+        };
+        pow2.clamp(64, probe_ebpf::SERIES_SLOTS_DEFAULT)
     }
 }
 
@@ -77,6 +102,7 @@ impl Default for Config {
             web_config: None,
             snapshot_api: true,
             tick: Duration::from_secs(1),
+            flow_scan: Duration::from_secs(5),
             burst_gap: Duration::from_millis(1),
             tc_attach: TcAttach::Auto,
             top_peers: 256,
@@ -96,6 +122,7 @@ struct FileConfig {
     listen: Option<String>,
     web: Option<FileWeb>,
     tick: Option<String>,
+    flow_scan: Option<String>,
     burst_gap: Option<String>,
     tc_attach: Option<TcAttach>,
     top_peers: Option<usize>,
@@ -139,6 +166,12 @@ struct FileInterfaces {
 }
 
 impl Config {
+    /// Ticks between walks of the flow map: `flow_scan` rounded up to whole ticks.
+    pub fn flow_scan_ticks(&self) -> u64 {
+        let t = self.tick.as_nanos().max(1);
+        self.flow_scan.as_nanos().div_ceil(t).max(1) as u64
+    }
+
     /// Defaults, then the file named by `--config`, then the flags.
     pub fn resolve(args: &RunArgs) -> Result<Self> {
         let mut c = Config::default();
@@ -204,6 +237,10 @@ impl Config {
         }
         if let Some(v) = f.tick {
             self.tick = parse_duration(&v).map_err(|e| anyhow::anyhow!("key `tick`: {e}"))?;
+        }
+        if let Some(v) = f.flow_scan {
+            self.flow_scan =
+                parse_duration(&v).map_err(|e| anyhow::anyhow!("key `flow_scan`: {e}"))?;
         }
         if let Some(v) = f.burst_gap {
             self.burst_gap =
@@ -272,6 +309,18 @@ impl Config {
                 bail!("key `{k}`: {v} is out of range (16 to 4194304)");
             }
         }
+        let slots = self.maps.series_slots;
+        if slots != 0 && (!slots.is_power_of_two() || !(64..=65_536).contains(&slots)) {
+            bail!(
+                "key `maps.series_slots`: {slots} must be 0 (sized by CPUs) or a power of two from 64 to 65536"
+            );
+        }
+        if self.flow_scan.is_zero() || self.flow_scan > Duration::from_secs(60) {
+            bail!(
+                "key `flow_scan`: {:?} is out of range (one tick to 60s)",
+                self.flow_scan
+            );
+        }
         let ring = self.maps.burst_events_bytes;
         if !ring.is_power_of_two() || !(4096..=(256 << 20)).contains(&ring) {
             bail!(
@@ -331,6 +380,32 @@ mod tests {
         assert_eq!(c.include, vec!["eth*"]);
         assert_eq!(c.maps.flows, 1024);
         assert_eq!(c.maps.conns, probe_ebpf::CONNS_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn series_slots_and_flow_scan() {
+        let d = MapSizes::default();
+        // Sized by CPUs: the whole table within 65,536 slots, 64 to 1,024 per CPU.
+        assert_eq!(d.series_slots_for(2), 1024);
+        assert_eq!(d.series_slots_for(64), 1024);
+        assert_eq!(d.series_slots_for(96), 512);
+        assert_eq!(d.series_slots_for(256), 256);
+        assert_eq!(d.series_slots_for(384), 128);
+        assert_eq!(d.series_slots_for(4096), 64);
+        let c = from_file("flow_scan = \"2s\"\n[maps]\nseries_slots = 4096\n").unwrap();
+        assert_eq!(c.maps.series_slots_for(384), 4096);
+        assert_eq!(c.flow_scan_ticks(), 2);
+        let c = from_file("tick = \"300ms\"\nflow_scan = \"1s\"\n").unwrap();
+        assert_eq!(c.flow_scan_ticks(), 4);
+        assert_eq!(Config::default().flow_scan_ticks(), 5);
+        for bad in ["100", "32", "131072"] {
+            let e = from_file(&format!("[maps]\nseries_slots = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("maps.series_slots"), "{e}");
+        }
+        let e = from_file("flow_scan = \"2m\"\n").unwrap_err().to_string();
+        assert!(e.contains("flow_scan"), "{e}");
     }
 
     #[test]

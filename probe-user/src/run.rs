@@ -118,7 +118,11 @@ async fn serve(
     for i in selected {
         tc.attach(&mut loaded.ebpf, i)?;
     }
-    let collector = Collector::new(&mut loaded.ebpf, std::mem::take(&mut loaded.drop_reasons))?;
+    let collector = Collector::new(
+        &mut loaded.ebpf,
+        std::mem::take(&mut loaded.drop_reasons),
+        cfg.flow_scan_ticks(),
+    )?;
     let mut sources = Sources::new(collector, handle.clone(), spawn_rdma(cfg), &loaded.hooks);
     let mut pipeline = Pipeline::new(cfg, model.clone());
 

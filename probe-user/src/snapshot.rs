@@ -21,9 +21,12 @@ pub struct Snapshot {
     pub flows: Vec<FlowSeries>,
     pub nonip: Vec<NonIpSeries>,
     pub peers: Vec<PeerSeries>,
-    /// Entries in the kernel flow map right now.
+    /// Ticks since probe last walked the kernel flow map (0: this tick; the walk runs every
+    /// `flow_scan`): `flows_tracked`, `flow_evictions` and `top_flows` are that walk's.
+    pub flow_scan_age_ticks: u64,
+    /// Entries in the kernel flow map.
     pub flows_tracked: u64,
-    /// Flows the kernel evicted from its full LRU map before probe read their last counts.
+    /// Flows the kernel evicted from its full LRU map before probe read them again.
     pub flow_evictions: u64,
     /// Open TCP connections the kernel evicted from its full sock_ops connection map.
     pub conn_evictions: u64,
@@ -39,7 +42,8 @@ pub struct Snapshot {
     /// Peers whose traffic is folded into peer="other" (beyond the top-K).
     pub peers_folded: u64,
     pub rdma: Option<Arc<RdmaSnapshot>>,
-    /// The flows that moved the most bytes in the last tick, with their burst state.
+    /// The flows that moved the most bytes per tick between the last two walks of the flow
+    /// map, with their burst state.
     pub top_flows: Vec<FlowDetail>,
     /// Open TCP connections with the largest smoothed RTT.
     pub slow_connections: Vec<ConnDetail>,
@@ -89,7 +93,8 @@ pub struct FlowDetail {
     pub dst: String,
     pub sport: u16,
     pub dport: u16,
-    /// Bytes in the last tick, and since the flow was first seen.
+    /// Bytes per tick between the last two walks of the flow map (every `flow_scan`), and
+    /// since the flow was first seen.
     pub tick_bytes: u64,
     pub bytes: u64,
     pub packets: u64,

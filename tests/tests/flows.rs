@@ -7,9 +7,11 @@
 use probe_tests::iperf::{self, ClientOpts};
 use probe_tests::ProbeOpts;
 use probe_tests::{
-    cmd, kernel, netns, probe_iface_traffic, rel_diff, Metrics, Pair, PairOpts, Probe,
+    bpfmaps, cmd, kernel, netns, probe_iface_traffic, rel_diff, traffic, Metrics, Pair, PairOpts,
+    Probe,
 };
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 const TOLERANCE: f64 = 0.01;
 
@@ -210,4 +212,81 @@ fn non_ip_frames_are_counted() {
     eprintln!("non-IP deltas (egress pkts, bytes, ingress pkts, bytes): {got:?}; veth {k:?}");
     assert_eq!(got, (1000.0, 200_000.0, 700.0, 70_000.0));
     assert_eq!(p, k, "probe's totals vs the veth's counters");
+}
+
+/// More series than the per-CPU slot table holds (`series_slots = 64`; 100 peers x 2
+/// directions = 200 series, so at least one CPU sees 100): the series that find no slot are
+/// counted in the kernel's overflow map, and the totals still match the veth's counters
+/// exactly.
+#[test]
+fn series_beyond_the_slot_table_match_veth_counters() {
+    const SUBNET: u8 = 47;
+    cmd::require_root_and(&["ip", "nsenter", "bpftool"]);
+    let pair = Pair::new(SUBNET).unwrap();
+    let iface = pair.veth_a.as_str();
+    let mac_b = pair
+        .mac_b
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let peers: Vec<String> = (10..110).map(|h| format!("10.231.{SUBNET}.{h}")).collect();
+    for p in &peers {
+        let cidr = format!("{p}/24");
+        pair.b
+            .run(&["ip", "addr", "add", &cidr, "dev", &pair.veth_b])
+            .unwrap();
+        pair.a
+            .run(&[
+                "ip",
+                "neigh",
+                "replace",
+                p,
+                "lladdr",
+                &mac_b,
+                "dev",
+                iface,
+                "nud",
+                "permanent",
+            ])
+            .unwrap();
+    }
+    // B answers every datagram: no ICMP rate limits in its namespace.
+    pair.b.sysctl("net.ipv4.icmp_ratelimit", "0").unwrap();
+    pair.b
+        .sysctl("net.ipv4.icmp_msgs_per_sec", "100000")
+        .unwrap();
+    pair.b.sysctl("net.ipv4.icmp_msgs_burst", "100000").unwrap();
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "[maps]\nseries_slots = 64\n").unwrap();
+    let mut opts = ProbeOpts::iface(iface);
+    opts.extra = vec!["--config".into(), cfg.path().to_string_lossy().into()];
+    let probe = Probe::start(&pair.a, opts);
+    probe.wait_ticks(2);
+    let m0 = probe.metrics();
+    let k0 = kernel::iface_counters(&pair.a, iface).unwrap();
+    // UDP to a closed port: each datagram out brings an ICMP port unreachable back, so every
+    // peer has an egress and an ingress series.
+    for p in &peers {
+        let dst = SocketAddr::new(p.parse().unwrap(), 9);
+        let sent = traffic::udp_send(&pair.a, dst, 3, 200, 1, Duration::from_millis(5)).unwrap();
+        assert_eq!(sent, 3);
+    }
+    probe.wait_ticks(2);
+    let m1 = probe.metrics();
+    let k1 = kernel::iface_counters(&pair.a, iface).unwrap();
+    let got = probe_iface_traffic(&m1, iface) - probe_iface_traffic(&m0, iface);
+    let want = k1 - k0;
+    eprintln!("probe {got:?}, veth {want:?}");
+    assert_eq!(got, want, "probe's totals vs the veth's counters");
+    for p in &peers {
+        let (rx, tx) = peer_bytes(&m1, iface, p);
+        assert!(rx > 0.0 && tx > 0.0, "peer {p}: {rx} bytes in, {tx} out");
+    }
+    // The overflow map, as the kernel holds it, was used; and it refused nothing.
+    let id = bpfmaps::held_map(probe.pid(), "SERIES").unwrap();
+    let overflowed = bpfmaps::map_keys(id).unwrap().len();
+    eprintln!("series in the overflow map: {overflowed}");
+    assert!(overflowed > 0, "no series overflowed the 64-slot tables");
+    assert_eq!(m1.sum("probe_map_full_total", &[("map", "SERIES")]), 0.0);
 }

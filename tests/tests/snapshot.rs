@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// Ticks whose srtt is compared.
 const SRTT_SAMPLES: usize = 5;
+/// probe's default `flow_scan` in ticks.
+const FLOW_SCAN_TICKS: u32 = 5;
 
 fn snapshot(probe: &Probe) -> Value {
     let body = probe.get("/api/v1/snapshot").unwrap().body;
@@ -35,6 +37,21 @@ fn next_tick(probe: &Probe) -> Value {
         assert!(Instant::now() < deadline, "no new tick within 5 s");
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The next snapshot whose flow detail (`top_flows`) was read at that tick: probe walks the
+/// flow map every `flow_scan` (5 s by default), not every tick.
+fn next_scan(probe: &Probe) -> Value {
+    for _ in 0..FLOW_SCAN_TICKS + 1 {
+        let s = next_tick(probe);
+        if s["flow_scan_age_ticks"].as_u64() == Some(0) {
+            return s;
+        }
+    }
+    panic!(
+        "no walk of the flow map within {} ticks",
+        FLOW_SCAN_TICKS + 1
+    );
 }
 
 #[test]
@@ -63,7 +80,7 @@ fn connection_and_flow_detail_match_the_kernel() {
         &pair.a,
         pair.ip_b.into(),
         iperf::PORT,
-        &ClientOpts::tcp(4 + SRTT_SAMPLES as u32 + 4),
+        &ClientOpts::tcp(4 + SRTT_SAMPLES as u32 + FLOW_SCAN_TICKS + 4),
     )
     .unwrap();
     std::thread::sleep(Duration::from_secs(4));
@@ -90,7 +107,7 @@ fn connection_and_flow_detail_match_the_kernel() {
         }
     }
 
-    let snap = next_tick(&probe);
+    let snap = next_scan(&probe);
     let conns = kernel::ss_tcp(&pair.a).unwrap();
     let k1 = kernel::iface_counters(&pair.a, iface).unwrap();
     let ss = kernel::busiest_conn(&conns, pair.ip_b.into(), Some(iperf::PORT))

@@ -90,9 +90,14 @@ impl Loaded {
             .and_then(|deq| Ok(vec![(globals::QDEQ_OFF_SKB, deq.offset("skbaddr")?)]));
 
         let gap_ns = u64::try_from(cfg.burst_gap.as_nanos()).unwrap_or(u64::MAX);
+        let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("reading {path}: {e}"))?;
+        let slots = cfg.maps.series_slots_for(cpus);
+        let slots_mask = slots - 1;
         let mut loader = EbpfLoader::new();
         loader
             .override_global(globals::BURST_GAP_NS, &gap_ns, true)
+            .override_global(globals::SERIES_SLOTS_MASK, &slots_mask, true)
+            .map_max_entries(names::SERIES_SLOTS, slots)
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers)

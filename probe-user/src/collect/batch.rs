@@ -52,6 +52,24 @@ impl<K, V> BatchBuf<K, V> {
         self.keys.iter().zip(&self.values)
     }
 
+    /// The entries of the last read of a per-CPU map: each key with its `cpus` values.
+    pub fn iter_per_cpu(&self, cpus: usize) -> impl Iterator<Item = (&K, &[V])> {
+        self.keys.iter().zip(self.values.chunks_exact(cpus.max(1)))
+    }
+
+    fn fill_per_cpu(&mut self, cpus: usize, entries: Vec<(K, Vec<V>)>)
+    where
+        V: Default + Clone,
+    {
+        self.keys.clear();
+        self.values.clear();
+        for (k, mut v) in entries {
+            v.resize(cpus.max(1), V::default());
+            self.keys.push(k);
+            self.values.extend(v);
+        }
+    }
+
     fn fill(&mut self, entries: impl IntoIterator<Item = (K, V)>) {
         self.keys.clear();
         self.values.clear();
@@ -62,10 +80,16 @@ impl<K, V> BatchBuf<K, V> {
     }
 }
 
-/// Reads every (key, value) of a non-per-CPU hash map into `buf`, appending each chunk where
-/// the last ended. Err(Unsupported) on kernels without batch lookups, so the caller can fall
-/// back to iterating.
-pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io::Result<()> {
+/// Reads every (key, value) of a map into `buf`, appending each chunk where the last ended.
+/// An entry holds `per` values: 1, or for a per-CPU map one per possible CPU (V's size must
+/// then be a multiple of 8, as the kernel lays them out). Err(Unsupported) on kernels
+/// without batch lookups, so the caller can fall back to iterating.
+pub fn lookup_all<K: Pod, V: Pod>(
+    fd: &OwnedFd,
+    buf: &mut BatchBuf<K, V>,
+    per: usize,
+) -> io::Result<()> {
+    let per = per.max(1);
     let (keys, values) = (&mut buf.keys, &mut buf.values);
     keys.clear();
     values.clear();
@@ -75,7 +99,7 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io:
     let mut first = true;
     loop {
         keys.reserve(CHUNK);
-        values.reserve(CHUNK);
+        values.reserve(CHUNK * per);
         let at = keys.len();
         let mut attr = BatchAttr {
             in_batch: if first {
@@ -84,15 +108,17 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io:
                 &mut cursor_in as *mut u64 as u64
             },
             out_batch: &mut cursor_out as *mut u64 as u64,
-            // SAFETY (both): `at` is the length, and CHUNK more fit in the capacity.
+            // SAFETY (both): `at` (times `per`) is the length, and CHUNK (times `per`) more
+            // fit in the capacity.
             keys: unsafe { keys.as_mut_ptr().add(at) } as u64,
-            values: unsafe { values.as_mut_ptr().add(at) } as u64,
+            values: unsafe { values.as_mut_ptr().add(at * per) } as u64,
             count: CHUNK as u32,
             map_fd: fd.as_raw_fd() as u32,
             ..BatchAttr::default()
         };
         // SAFETY: attr points at room for CHUNK keys and values of the map's sizes (K and V
-        // are the map's key and value types), and lives across the call.
+        // are the map's key and value types, `per` values an entry), and lives across the
+        // call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
@@ -114,7 +140,7 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io:
             // any bytes are valid values.
             unsafe {
                 keys.set_len(at + n);
-                values.set_len(at + n);
+                values.set_len((at + n) * per);
             }
         }
         match err {
@@ -144,9 +170,10 @@ pub fn lookup_all<K: Pod, V: Pod>(fd: &OwnedFd, buf: &mut BatchBuf<K, V>) -> io:
 pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
     use std::os::fd::AsFd as _;
     match map {
-        aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => {
-            d.fd().as_fd().try_clone_to_owned().ok()
-        }
+        aya::maps::Map::HashMap(d)
+        | aya::maps::Map::LruHashMap(d)
+        | aya::maps::Map::PerCpuHashMap(d)
+        | aya::maps::Map::PerCpuArray(d) => d.fd().as_fd().try_clone_to_owned().ok(),
         _ => None,
     }
 }
@@ -157,7 +184,7 @@ pub struct MapReader<K, V> {
     buf: BatchBuf<K, V>,
 }
 
-impl<K: Pod, V: Pod> MapReader<K, V> {
+impl<K: Pod, V: Pod + Default> MapReader<K, V> {
     pub fn new(fd: Option<OwnedFd>) -> Self {
         Self {
             fd,
@@ -167,16 +194,36 @@ impl<K: Pod, V: Pod> MapReader<K, V> {
 
     /// The map's entries, valid until the next read.
     pub fn read(&mut self, fallback: impl FnOnce() -> Vec<(K, V)>) -> &BatchBuf<K, V> {
-        if let Some(fd) = &self.fd {
-            match lookup_all::<K, V>(fd, &mut self.buf) {
-                Ok(()) => return &self.buf,
-                Err(e) => {
-                    tracing::info!("batched map reads unavailable ({e}); reading entry by entry");
-                    self.fd = None;
-                }
+        if !self.batch(1) {
+            self.buf.fill(fallback());
+        }
+        &self.buf
+    }
+
+    /// A per-CPU map's entries, `cpus` values each (see BatchBuf::iter_per_cpu).
+    pub fn read_per_cpu(
+        &mut self,
+        cpus: usize,
+        fallback: impl FnOnce() -> Vec<(K, Vec<V>)>,
+    ) -> &BatchBuf<K, V> {
+        if !self.batch(cpus) {
+            self.buf.fill_per_cpu(cpus, fallback());
+        }
+        &self.buf
+    }
+
+    /// A batched read into `buf`; false if the kernel cannot (from then on, not tried again).
+    fn batch(&mut self, per: usize) -> bool {
+        let Some(fd) = &self.fd else {
+            return false;
+        };
+        match lookup_all::<K, V>(fd, &mut self.buf, per) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!("batched map reads unavailable ({e}); reading entry by entry");
+                self.fd = None;
+                false
             }
         }
-        self.buf.fill(fallback());
-        &self.buf
     }
 }

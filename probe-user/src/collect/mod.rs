@@ -10,6 +10,7 @@ pub mod flows;
 pub mod netlink;
 pub mod progstats;
 pub mod rdma;
+pub mod series;
 pub mod sojourn;
 pub mod tcp;
 pub mod top;
@@ -32,6 +33,7 @@ use crate::snapshot::{
 const FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct Collector {
+    series: series::SeriesCounters,
     flows: flows::FlowCollector,
     tcp: tcp::TcpCollector,
     bursts: bursts::BurstCollector,
@@ -62,7 +64,12 @@ pub fn monotonic_ns() -> u64 {
 
 impl Collector {
     /// Takes the maps out of the loaded object: the collector owns them from here on.
-    pub fn new(ebpf: &mut Ebpf, drop_names: HashMap<u32, String>) -> Result<Self> {
+    /// `flow_scan_ticks`: ticks between walks of the per-flow map (see flows.rs).
+    pub fn new(
+        ebpf: &mut Ebpf,
+        drop_names: HashMap<u32, String>,
+        flow_scan_ticks: u64,
+    ) -> Result<Self> {
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .with_context(|| format!("map {name} missing from the object"))
@@ -71,6 +78,14 @@ impl Collector {
         let flow_reader = batch::MapReader::new(batch::dup_fd(&flow_map));
         let flow_map = BpfHashMap::try_from(flow_map)?;
         let nonip = PerCpuHashMap::try_from(take(names::NONIP)?)?;
+        let cpus =
+            aya::util::nr_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
+        let slots = take(names::SERIES_SLOTS)?;
+        let slot_reader = batch::MapReader::new(batch::dup_fd(&slots));
+        let slots = PerCpuArray::try_from(slots)?;
+        let overflow = take(names::SERIES)?;
+        let overflow_reader = batch::MapReader::new(batch::dup_fd(&overflow));
+        let overflow = PerCpuHashMap::try_from(overflow)?;
         let conns = take(names::CONNS)?;
         let conn_reader = batch::MapReader::new(batch::dup_fd(&conns));
         let conns = BpfHashMap::try_from(conns)?;
@@ -91,6 +106,13 @@ impl Collector {
         .unwrap_or(probe_ebpf::BURST_EVENTS_BYTES);
         let ring = RingBuf::try_from(ring)?;
         Ok(Self {
+            series: series::SeriesCounters::new(
+                cpus,
+                slots,
+                slot_reader,
+                overflow,
+                overflow_reader,
+            ),
             bursts: bursts::BurstCollector::new(bursts, burst_reader),
             burst_events: burst_events::BurstEventCollector::new(ring, ring_bytes),
             drops: drops::DropCollector::new(drops, drop_names),
@@ -101,6 +123,7 @@ impl Collector {
                 flow_reader,
                 nonip,
                 FLOW_IDLE_TIMEOUT.as_nanos() as u64,
+                flow_scan_ticks,
             ),
             tcp: tcp::TcpCollector::new(conns, conn_reader, peers, peer_reader),
         })
@@ -110,8 +133,7 @@ impl Collector {
     /// interface not in it (detached this tick) is left out.
     pub fn tick(&mut self, ifnames: &HashMap<u32, String>) -> Snapshot {
         let mut snap = Snapshot::default();
-        let ft = self.flows.tick(monotonic_ns());
-        for (k, t) in ft.totals {
+        for (k, t) in self.series.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
             };
@@ -125,6 +147,7 @@ impl Collector {
                 ect_packets: t.ect_packets,
             });
         }
+        let ft = self.flows.tick(monotonic_ns());
         for (k, v) in ft.nonip {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
@@ -136,7 +159,7 @@ impl Collector {
                 packets: v.packets,
             });
         }
-        for (tick_bytes, k, v) in ft.top {
+        for &(tick_bytes, k, v) in ft.top {
             let (Some(iface), Some(src), Some(dst)) = (
                 ifnames.get(&k.ifindex),
                 ip_from_abi(k.family, &k.src),
@@ -162,6 +185,7 @@ impl Collector {
                 max_burst_bytes: v.max_burst_bytes,
             });
         }
+        snap.flow_scan_age_ticks = ft.scan_age;
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
         let bursts = &mut self.bursts;
@@ -228,6 +252,7 @@ impl Collector {
 
     /// Forgets everything about an interface that went away.
     pub fn forget_interface(&mut self, ifindex: u32) {
+        self.series.forget_interface(ifindex);
         self.flows.forget_interface(ifindex);
         self.bursts.forget_interface(ifindex);
         self.sojourn.forget_interface(ifindex);
@@ -261,7 +286,7 @@ mod cost {
             .unwrap();
         let mut flows = handle::<FlowKey, FlowStats>(&ebpf, names::FLOWS);
         let mut conns = handle::<ConnKey, ConnStats>(&ebpf, names::CONNS);
-        let mut collector = Collector::new(&mut ebpf, HashMap::new()).unwrap();
+        let mut collector = Collector::new(&mut ebpf, HashMap::new(), 1).unwrap();
         let ifnames = HashMap::from([(7, "veth201a".to_owned())]);
         let local = v4([10, 231, 201, 1]);
         let conn_keys: Vec<(ConnKey, ConnKey)> = (0..10_000u32)
