@@ -260,6 +260,36 @@ impl Pair {
             mac_b: [2, 0, 0x0a, 0xe7, subnet, 2],
         })
     }
+
+    /// More IPv4 addresses (/24) for B, each with a permanent neighbour entry on A: more peers
+    /// for A, and still no ARP on the link.
+    pub fn add_b_addresses(&self, addrs: &[Ipv4Addr]) -> Result<()> {
+        let mac = self
+            .mac_b
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        for a in addrs {
+            let a = a.to_string();
+            let cidr = format!("{a}/24");
+            self.b
+                .run(&["ip", "addr", "add", &cidr, "dev", &self.veth_b])?;
+            self.a.run(&[
+                "ip",
+                "neigh",
+                "replace",
+                &a,
+                "lladdr",
+                &mac,
+                "dev",
+                &self.veth_a,
+                "nud",
+                "permanent",
+            ])?;
+        }
+        Ok(())
+    }
 }
 
 /// `ethtool -K DEV tso|gso|gro on|off` inside `ns`.

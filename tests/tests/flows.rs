@@ -10,7 +10,7 @@ use probe_tests::{
     bpfmaps, cmd, kernel, netns, probe_iface_traffic, rel_diff, traffic, Metrics, Pair, PairOpts,
     Probe,
 };
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 const TOLERANCE: f64 = 0.01;
@@ -224,33 +224,10 @@ fn series_beyond_the_slot_table_match_veth_counters() {
     cmd::require_root_and(&["ip", "nsenter", "bpftool"]);
     let pair = Pair::new(SUBNET).unwrap();
     let iface = pair.veth_a.as_str();
-    let mac_b = pair
-        .mac_b
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    let peers: Vec<String> = (10..110).map(|h| format!("10.231.{SUBNET}.{h}")).collect();
-    for p in &peers {
-        let cidr = format!("{p}/24");
-        pair.b
-            .run(&["ip", "addr", "add", &cidr, "dev", &pair.veth_b])
-            .unwrap();
-        pair.a
-            .run(&[
-                "ip",
-                "neigh",
-                "replace",
-                p,
-                "lladdr",
-                &mac_b,
-                "dev",
-                iface,
-                "nud",
-                "permanent",
-            ])
-            .unwrap();
-    }
+    let peers: Vec<Ipv4Addr> = (10..110)
+        .map(|h| Ipv4Addr::new(10, 231, SUBNET, h))
+        .collect();
+    pair.add_b_addresses(&peers).unwrap();
     // B answers every datagram: no ICMP rate limits in its namespace.
     pair.b.sysctl("net.ipv4.icmp_ratelimit", "0").unwrap();
     pair.b
@@ -268,7 +245,7 @@ fn series_beyond_the_slot_table_match_veth_counters() {
     // UDP to a closed port: each datagram out brings an ICMP port unreachable back, so every
     // peer has an egress and an ingress series.
     for p in &peers {
-        let dst = SocketAddr::new(p.parse().unwrap(), 9);
+        let dst = SocketAddr::new((*p).into(), 9);
         let sent = traffic::udp_send(&pair.a, dst, 3, 200, 1, Duration::from_millis(5)).unwrap();
         assert_eq!(sent, 3);
     }
@@ -280,7 +257,7 @@ fn series_beyond_the_slot_table_match_veth_counters() {
     eprintln!("probe {got:?}, veth {want:?}");
     assert_eq!(got, want, "probe's totals vs the veth's counters");
     for p in &peers {
-        let (rx, tx) = peer_bytes(&m1, iface, p);
+        let (rx, tx) = peer_bytes(&m1, iface, &p.to_string());
         assert!(rx > 0.0 && tx > 0.0, "peer {p}: {rx} bytes in, {tx} out");
     }
     // The overflow map, as the kernel holds it, was used; and it refused nothing.

@@ -29,32 +29,7 @@ fn addr(host: u8) -> Ipv4Addr {
 
 /// B answers on .3 and .4 too; A knows their MAC (no ARP on the link, as for .2).
 fn add_addresses(pair: &Pair) {
-    let mac = pair
-        .mac_b
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    for host in [3, 4] {
-        let a = addr(host).to_string();
-        pair.b
-            .run(&["ip", "addr", "add", &format!("{a}/24"), "dev", &pair.veth_b])
-            .unwrap();
-        pair.a
-            .run(&[
-                "ip",
-                "neigh",
-                "replace",
-                &a,
-                "lladdr",
-                &mac,
-                "dev",
-                &pair.veth_a,
-                "nud",
-                "permanent",
-            ])
-            .unwrap();
-    }
+    pair.add_b_addresses(&[addr(3), addr(4)]).unwrap();
 }
 
 struct Traffic {
