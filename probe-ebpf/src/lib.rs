@@ -45,6 +45,8 @@ pub const FLOWS_MAX_ENTRIES: u32 = 65_536;
 pub const CONNS_MAX_ENTRIES: u32 = 65_536;
 pub const PEERS_MAX_ENTRIES: u32 = 16_384;
 pub const IFACES_MAX_ENTRIES: u32 = 1_024;
+/// Slots QDISC_IFACES (IFACES_MAX_ENTRIES slots, a power of two) is probed for an ifindex.
+pub const QDISC_IFACE_PROBES: u32 = 4;
 pub const BURSTS_MAX_ENTRIES: u32 = 16_384;
 /// Slots per CPU of SERIES_SLOTS, the per-CPU table of series counters (a power of two; the
 /// loader may change it and patches SERIES_SLOTS_MASK to match). 64 bytes each per possible

@@ -2,7 +2,7 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use probe_ebpf::{
     errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
@@ -65,10 +65,12 @@ pub static BURST_EVENTS: RingBuf = RingBuf::with_byte_size(BURST_EVENTS_BYTES, 0
 pub static DROPS: PerCpuHashMap<u32, u64> =
     PerCpuHashMap::with_max_entries(DROP_REASONS_MAX_ENTRIES, 0);
 
-/// Monitored interfaces whose root qdisc queues packets (filled by user space each tick):
-/// their egress packets are timed from TC egress to qdisc dequeue.
+/// Monitored interfaces whose root qdisc queues packets (set by user space each tick):
+/// their egress packets are timed from TC egress to qdisc dequeue. An open-addressed set
+/// of ifindexes (0: free slot), probed QDISC_IFACE_PROBES deep from `ifindex & (size - 1)`:
+/// an array lookup is inlined, where a hash-map lookup on every egress packet cost ~20 ns.
 #[map(name = "QDISC_IFACES")]
-pub static QDISC_IFACES: HashMap<u32, u8> = HashMap::with_max_entries(IFACES_MAX_ENTRIES, 0);
+pub static QDISC_IFACES: Array<u32> = Array::with_max_entries(IFACES_MAX_ENTRIES, 0);
 
 /// Packets waiting in a monitored qdisc, by skb address. LRU: a packet the qdisc drops
 /// never dequeues, and its entry ages out.

@@ -13,8 +13,8 @@ use aya_ebpf::{
 };
 use probe_ebpf::{
     errors, log2_bucket, BurstEnd, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight,
-    SeriesSlot, SeriesStats, AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS, SERIES_SLOTS_DEFAULT,
-    SERIES_STALE_NS,
+    SeriesSlot, SeriesStats, AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS, IFACES_MAX_ENTRIES,
+    QDISC_IFACE_PROBES, SERIES_SLOTS_DEFAULT, SERIES_STALE_NS,
 };
 
 use crate::maps::{
@@ -76,7 +76,7 @@ pub fn tc_egress_rawip(ctx: TcContext) -> i32 {
 fn enqueued(ctx: &TcContext) {
     // SAFETY: the context pointer handed to this program.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    if QDISC_IFACES.get_ptr(&ifindex).is_none() {
+    if !queued(ifindex) {
         return;
     }
     let skb = ctx.skb.skb as u64;
@@ -88,6 +88,21 @@ fn enqueued(ctx: &TcContext) {
     if QDISC_INFLIGHT.insert(&skb, &v, BPF_ANY as u64).is_err() {
         count_error(errors::QDISC_INFLIGHT_FULL);
     }
+}
+
+/// Whether `ifindex` is in the QDISC_IFACES set (see there).
+#[inline(always)]
+fn queued(ifindex: u32) -> bool {
+    let mut i = 0u32;
+    while i < QDISC_IFACE_PROBES {
+        match QDISC_IFACES.get(ifindex.wrapping_add(i) & (IFACES_MAX_ENTRIES - 1)) {
+            Some(&v) if v == ifindex => return true,
+            Some(&0) | None => return false,
+            Some(_) => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Reads a `T` at `off`: straight from the linear packet data when it is there (the common

@@ -9,7 +9,7 @@ use std::{collections::HashMap, path::PathBuf};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData},
+    maps::{Array, MapData},
     programs::{
         tc::{self, NlOptions, SchedClassifierLinkId, TcAttachOptions, TcError},
         LinkOrder, SchedClassifier, TcAttachType,
@@ -63,8 +63,32 @@ struct Attachment {
 pub struct TcAttacher {
     mode: Mode,
     attached: HashMap<u32, Attachment>,
-    /// The kernel's set of interfaces whose qdisc sojourn time is measured.
-    qdisc_ifaces: BpfHashMap<MapData, u32, u8>,
+    /// The kernel's set of interfaces whose qdisc sojourn time is measured, and what this
+    /// side last wrote into each of its slots.
+    qdisc_ifaces: Array<MapData, u32>,
+    qdisc_slots: Vec<u32>,
+    queued: std::collections::HashSet<u32>,
+}
+
+/// The slots of QDISC_IFACES for `ifindexes`: each in the first free slot of the
+/// QDISC_IFACE_PROBES from `ifindex & (IFACES_MAX_ENTRIES - 1)`, as the TC program looks
+/// for it. Returns the table and the ifindexes that found no slot.
+fn qdisc_slots(ifindexes: &std::collections::HashSet<u32>) -> (Vec<u32>, Vec<u32>) {
+    let size = probe_ebpf::IFACES_MAX_ENTRIES;
+    let mut slots = vec![0u32; size as usize];
+    let mut sorted: Vec<u32> = ifindexes.iter().copied().filter(|i| *i != 0).collect();
+    sorted.sort_unstable();
+    let mut left_out = Vec::new();
+    for i in sorted {
+        let free = (0..probe_ebpf::QDISC_IFACE_PROBES)
+            .map(|p| (i.wrapping_add(p) & (size - 1)) as usize)
+            .find(|&s| slots[s] == 0);
+        match free {
+            Some(s) => slots[s] = i,
+            None => left_out.push(i),
+        }
+    }
+    (slots, left_out)
 }
 
 fn programs(l2: L2) -> (&'static str, &'static str) {
@@ -109,7 +133,7 @@ impl TcAttacher {
                 Mode::Netlink => "a clsact qdisc and netlink filters",
             }
         );
-        let qdisc_ifaces = BpfHashMap::try_from(
+        let qdisc_ifaces = Array::try_from(
             ebpf.take_map(names::QDISC_IFACES)
                 .context("map QDISC_IFACES missing from the object")?,
         )?;
@@ -117,6 +141,8 @@ impl TcAttacher {
             mode,
             attached: HashMap::new(),
             qdisc_ifaces,
+            qdisc_slots: vec![0; probe_ebpf::IFACES_MAX_ENTRIES as usize],
+            queued: Default::default(),
         })
     }
 
@@ -220,7 +246,9 @@ impl TcAttacher {
         let Some(a) = self.attached.remove(&ifindex) else {
             return;
         };
-        let _ = self.qdisc_ifaces.remove(&ifindex);
+        if self.queued.remove(&ifindex) {
+            self.write_queued();
+        }
         for (name, link) in [a.ingress, a.egress] {
             let r = prog(ebpf, name).and_then(|p| Ok(p.detach(link)?));
             if let Err(e) = r {
@@ -240,17 +268,32 @@ impl TcAttacher {
     /// Sets which attached interfaces have a root qdisc that queues (not `noqueue`): only
     /// their egress packets are timed for sojourn, so a plain veth costs nothing extra.
     pub fn set_queued(&mut self, queued: &std::collections::HashSet<u32>) {
-        let current: Vec<u32> = self.qdisc_ifaces.keys().filter_map(Result::ok).collect();
-        for i in &current {
-            if !queued.contains(i) {
-                let _ = self.qdisc_ifaces.remove(i);
-            }
+        let want: std::collections::HashSet<u32> = queued
+            .iter()
+            .copied()
+            .filter(|i| self.attached.contains_key(i))
+            .collect();
+        if want != self.queued {
+            self.queued = want;
+            self.write_queued();
         }
-        for i in queued {
-            if self.attached.contains_key(i) && !current.contains(i) {
-                if let Err(e) = self.qdisc_ifaces.insert(*i, 1, 0) {
-                    tracing::warn!("qdisc sojourn time for ifindex {i} is off: {e}");
-                }
+    }
+
+    /// Writes the slots of QDISC_IFACES that differ from what `queued` needs.
+    fn write_queued(&mut self) {
+        let (slots, left_out) = qdisc_slots(&self.queued);
+        for i in left_out {
+            tracing::warn!(
+                "qdisc sojourn time for ifindex {i} is off: no free slot in QDISC_IFACES"
+            );
+        }
+        for (s, (&new, old)) in slots.iter().zip(self.qdisc_slots.iter_mut()).enumerate() {
+            if new == *old {
+                continue;
+            }
+            match self.qdisc_ifaces.set(s as u32, new, 0) {
+                Ok(()) => *old = new,
+                Err(e) => tracing::warn!("qdisc sojourn time: writing QDISC_IFACES: {e}"),
             }
         }
     }
@@ -300,4 +343,36 @@ fn remove_clsact(iface: &Iface) {
         Err(_) => tracing::warn!("removing the clsact qdisc from {name}: thread panicked"),
     }
     let _ = std::fs::remove_file(PathBuf::from(MARKER_DIR).join(&name));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queued_interfaces_take_the_slots_the_tc_program_probes() {
+        let size = probe_ebpf::IFACES_MAX_ENTRIES;
+        // 3, and four more that start at slot 3 (3 + k * size): they probe 3, 4, 5, 6.
+        let set: std::collections::HashSet<u32> =
+            [3, 3 + size, 3 + 2 * size, 3 + 3 * size, 3 + 4 * size, 9]
+                .into_iter()
+                .collect();
+        let (slots, left_out) = qdisc_slots(&set);
+        assert_eq!(&slots[3..7], &[3, 3 + size, 3 + 2 * size, 3 + 3 * size]);
+        assert_eq!(left_out, vec![3 + 4 * size]);
+        assert_eq!(slots[9], 9);
+        assert_eq!(slots.iter().filter(|s| **s != 0).count(), 5);
+        // The program's lookup, as tc.rs does it, finds each one placed.
+        let found = |i: u32| {
+            (0..probe_ebpf::QDISC_IFACE_PROBES)
+                .map(|p| slots[(i.wrapping_add(p) & (size - 1)) as usize])
+                .take_while(|v| *v != 0)
+                .any(|v| v == i)
+        };
+        assert!(set
+            .iter()
+            .filter(|i| **i != 3 + 4 * size)
+            .all(|i| found(*i)));
+        assert!(!found(4) && !found(3 + 4 * size));
+    }
 }
