@@ -174,10 +174,6 @@ pub struct FlowKey {
 pub struct FlowStats {
     pub bytes: u64,
     pub packets: u64,
-    /// Packets carrying ECN Congestion Experienced (IP ECN field == 0b11).
-    pub ce_packets: u64,
-    /// Packets that are ECN-capable (ECT(0), ECT(1) or CE).
-    pub ect_packets: u64,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
     /// Bursts that have ended (an idle gap > BURST_GAP_NS followed them).
@@ -430,7 +426,7 @@ pub fn log2_bucket(v: u64) -> usize {
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 44);
-    assert!(core::mem::size_of::<FlowStats>() == 104);
+    assert!(core::mem::size_of::<FlowStats>() == 88);
     assert!(core::mem::size_of::<IfaceKey>() == 8);
     assert!(core::mem::size_of::<PeerKey>() == 20);
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 4));

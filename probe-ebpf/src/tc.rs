@@ -224,12 +224,6 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     // counters are the series', counted per CPU above, exactly.
     s.bytes += wire_bytes;
     s.packets += segs;
-    if ecn == 0x3 {
-        s.ce_packets += segs;
-    }
-    if ecn != 0 {
-        s.ect_packets += segs;
-    }
 
     // Bursts.
     let gap = unsafe { core::ptr::read_volatile(&BURST_GAP_NS) };

@@ -6,17 +6,15 @@
 //! The map holds one entry per flow and direction; entries come and go (LRU eviction when
 //! full, and this collector deletes flows idle longer than `idle_timeout`). A recreated
 //! entry is recognised by its new `first_seen_ns`.
-use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData, PerCpuHashMap};
-use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats, DIR_EGRESS};
+use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats};
 use rustc_hash::FxHashMap;
 
 use super::{batch::MapReader, top::TopN};
 
 /// Flows reported in the snapshot's top_flows.
 const TOP_FLOWS: usize = 32;
-use crate::snapshot::ip_from_abi;
 
 /// What the flow collector keeps of a flow's last reading: its bytes, and what tells a
 /// recreated entry apart.
@@ -38,8 +36,7 @@ pub struct FlowCollector {
     /// Ticks between walks of the flow map (at least 1), and the tick of the last walk.
     scan_every: u64,
     last_scan: u64,
-    /// What the last walk found, reported until the next.
-    tracked: u64,
+    /// What the last walk found, reported until the next (with `prev`'s size).
     top: Vec<(u64, FlowKey, FlowStats)>,
     evictions: u64,
     idle_timeout_ns: u64,
@@ -61,15 +58,6 @@ pub struct FlowTick<'a> {
     pub removed: Vec<(FlowKey, FlowStats)>,
 }
 
-pub fn peer_of(k: &FlowKey) -> Option<IpAddr> {
-    let addr = if k.direction == DIR_EGRESS {
-        &k.dst
-    } else {
-        &k.src
-    };
-    ip_from_abi(k.family, addr)
-}
-
 impl FlowCollector {
     pub fn new(
         flows: HashMap<MapData, FlowKey, FlowStats>,
@@ -86,7 +74,6 @@ impl FlowCollector {
             tick: 0,
             scan_every: scan_every.max(1),
             last_scan: 0,
-            tracked: 0,
             top: Vec::new(),
             evictions: 0,
             idle_timeout_ns,
@@ -116,7 +103,7 @@ impl FlowCollector {
         FlowTick {
             nonip,
             scan_age: self.tick - self.last_scan,
-            tracked: self.tracked,
+            tracked: self.prev.len() as u64,
             evictions: self.evictions,
             top: &self.top,
             removed,
@@ -170,7 +157,6 @@ impl FlowCollector {
         let before = self.prev.len();
         self.prev.retain(|_, r| r.tick == tick);
         self.evictions += (before - self.prev.len()) as u64;
-        self.tracked = self.prev.len() as u64;
         self.top = top
             .into_sorted()
             .into_iter()
@@ -203,24 +189,5 @@ impl FlowCollector {
                 ..IfaceKey::default()
             });
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peer_is_remote_side() {
-        let mut k = FlowKey {
-            family: probe_ebpf::AF_INET,
-            direction: DIR_EGRESS,
-            ..FlowKey::default()
-        };
-        k.src[0] = u32::from_ne_bytes([10, 0, 0, 1]);
-        k.dst[0] = u32::from_ne_bytes([10, 0, 0, 2]);
-        assert_eq!(peer_of(&k).unwrap().to_string(), "10.0.0.2");
-        k.direction = probe_ebpf::DIR_INGRESS;
-        assert_eq!(peer_of(&k).unwrap().to_string(), "10.0.0.1");
     }
 }

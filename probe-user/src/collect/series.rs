@@ -201,7 +201,6 @@ impl Sums {
 }
 
 pub struct SeriesCounters {
-    cpus: usize,
     slots: PerCpuArray<MapData, SeriesSlot>,
     slot_reader: MapReader<u32, SeriesSlot>,
     overflow: PerCpuHashMap<MapData, BurstKey, SeriesStats>,
@@ -218,7 +217,6 @@ impl SeriesCounters {
         overflow_reader: MapReader<BurstKey, SeriesStats>,
     ) -> Self {
         Self {
-            cpus: cpus.max(1),
             slots,
             slot_reader,
             overflow,
@@ -230,7 +228,7 @@ impl SeriesCounters {
     /// Reads the counters: every series' totals since it was first seen (or came back after
     /// being dropped for idleness).
     pub fn tick(&mut self) -> &FxHashMap<SeriesKey, Totals> {
-        let cpus = self.cpus;
+        let cpus = self.sums.cpus;
         let slots = &self.slots;
         let read = self.slot_reader.read_per_cpu(cpus, || {
             (0..slots.len())
