@@ -102,6 +102,8 @@ pub mod names {
     pub const NONIP: &str = "NONIP";
     pub const CONNS: &str = "CONNS";
     pub const PEER_TCP: &str = "PEER_TCP";
+    pub const TCP_EPOCH: &str = "TCP_EPOCH";
+    pub const SOCK_COUNTED: &str = "SOCK_COUNTED";
     pub const PEER_BURSTS: &str = "PEER_BURSTS";
     pub const SERIES: &str = "SERIES";
     pub const SERIES_SLOTS: &str = "SERIES_SLOTS";
@@ -217,7 +219,8 @@ pub struct PeerKey {
     pub _pad1: u16,
 }
 
-/// TCP state kept per peer in the kernel.
+/// TCP state kept per peer in the kernel, per CPU (PEER_TCP is a per-CPU map: the
+/// callbacks add without atomics, and user space sums the CPUs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerTcp {
@@ -230,6 +233,28 @@ pub struct PeerTcp {
     pub retrans_segs: u64,
     /// Retransmit events seen by the tracepoint for any socket.
     pub retrans_events: u64,
+    /// Connections that reached ESTABLISHED while probe ran, and those of them that closed
+    /// since: open = opened - closed, summed over CPUs (a socket may open on one CPU and
+    /// close on another).
+    pub opened: u64,
+    pub closed: u64,
+    /// The RTT window of the current and the previous tick, indexed by the tick's epoch
+    /// (TCP_EPOCH) & 1: user space bumps the epoch, then reads the window of the tick that
+    /// just ended while the callbacks write the other one.
+    pub windows: [RttWindow; 2],
+}
+
+/// What a peer's connections reported at their round-trip callbacks during one tick on one
+/// CPU: how many round trips, the largest smoothed RTT any of them left, and the smallest
+/// minimum RTT. Valid only if `epoch` is the tick's epoch: the first callback of a new tick
+/// resets it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RttWindow {
+    pub epoch: u32,
+    pub samples: u32,
+    pub srtt_us: u32,
+    pub min_rtt_us: u32,
 }
 
 impl Default for PeerTcp {
@@ -240,6 +265,9 @@ impl Default for PeerTcp {
             rtt_sum_us: 0,
             retrans_segs: 0,
             retrans_events: 0,
+            opened: 0,
+            closed: 0,
+            windows: [RttWindow::default(); 2],
         }
     }
 }
@@ -429,7 +457,7 @@ const _: () = {
     assert!(core::mem::size_of::<FlowStats>() == 88);
     assert!(core::mem::size_of::<IfaceKey>() == 8);
     assert!(core::mem::size_of::<PeerKey>() == 20);
-    assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 4));
+    assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 6) + 2 * 16);
     assert!(core::mem::size_of::<ConnKey>() == 40);
     assert!(core::mem::size_of::<ConnStats>() == 56);
     assert!(core::mem::size_of::<BurstKey>() == 24);
@@ -457,6 +485,7 @@ mod pod {
     unsafe impl aya::Pod for IfaceStats {}
     unsafe impl aya::Pod for PeerKey {}
     unsafe impl aya::Pod for PeerTcp {}
+    unsafe impl aya::Pod for RttWindow {}
     unsafe impl aya::Pod for ConnKey {}
     unsafe impl aya::Pod for ConnStats {}
     unsafe impl aya::Pod for BurstKey {}

@@ -1,8 +1,10 @@
 //! The maps every program shares, and the small helpers that update them.
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    btf_maps::SkStorage,
+    macros::btf_map,
     macros::map,
-    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use probe_ebpf::{
     errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
@@ -28,10 +30,22 @@ pub static NONIP: PerCpuHashMap<IfaceKey, IfaceStats> =
 pub static CONNS: LruHashMap<ConnKey, ConnStats> =
     LruHashMap::with_max_entries(CONNS_MAX_ENTRIES, 0);
 
-/// Per-peer TCP state: RTT histogram and retransmits.
+/// Per-peer TCP state: RTT histogram, retransmits, open connections and the tick's RTT
+/// window. Per CPU: sock_ops and the tracepoints add without atomics, and a callback
+/// never waits on a line another CPU writes.
 #[map(name = "PEER_TCP")]
-pub static PEER_TCP: LruHashMap<PeerKey, PeerTcp> =
-    LruHashMap::with_max_entries(PEERS_MAX_ENTRIES, 0);
+pub static PEER_TCP: LruPerCpuHashMap<PeerKey, PeerTcp> =
+    LruPerCpuHashMap::with_max_entries(PEERS_MAX_ENTRIES, 0);
+
+/// The daemon's tick number (one u32), bumped at the start of each read of PEER_TCP; sock_ops
+/// writes RTT samples into the window of this epoch (PeerTcp::windows).
+#[map(name = "TCP_EPOCH")]
+pub static TCP_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Marks the sockets whose ESTABLISHED this probe counted in PeerTcp::opened, so that only
+/// they count as closed: sockets a previous probe enabled callbacks on close too.
+#[btf_map]
+pub static SOCK_COUNTED: SkStorage<u32> = SkStorage::new();
 
 /// Per-peer burst histograms, written when a burst ends.
 #[map(name = "PEER_BURSTS")]
@@ -152,11 +166,34 @@ pub fn bucket_index(mut b: usize) -> usize {
 
 const _: () = assert!(probe_ebpf::LOG2_BUCKETS == 32);
 
+/// The LRU hash maps, shared or per-CPU, as lookup_or_init and lookup_or_copy use them.
+pub trait LruMap<K, V> {
+    fn get_ptr_mut(&self, key: &K) -> Option<*mut V>;
+    fn insert(&self, key: &K, value: &V, flags: u64) -> Result<(), i32>;
+}
+
+macro_rules! lru_map {
+    ($t:ident) => {
+        impl<K, V> LruMap<K, V> for $t<K, V> {
+            #[inline(always)]
+            fn get_ptr_mut(&self, key: &K) -> Option<*mut V> {
+                $t::get_ptr_mut(self, key)
+            }
+            #[inline(always)]
+            fn insert(&self, key: &K, value: &V, flags: u64) -> Result<(), i32> {
+                $t::insert(self, key, value, flags)
+            }
+        }
+    };
+}
+lru_map!(LruHashMap);
+lru_map!(LruPerCpuHashMap);
+
 /// Looks `key` up, inserting `init()` first if it is absent (built only on a miss: zeroing a
 /// value costs on every packet).
 #[inline(always)]
-pub fn lookup_or_init<K, V>(
-    map: &LruHashMap<K, V>,
+pub fn lookup_or_init<K, V, M: LruMap<K, V>>(
+    map: &M,
     key: &K,
     init: impl FnOnce() -> V,
     error_slot: u32,
@@ -165,15 +202,15 @@ pub fn lookup_or_init<K, V>(
         return Some(p);
     }
     // NOEXIST: if another CPU inserted it meanwhile, keep theirs.
-    let _ = map.insert(key, init(), BPF_NOEXIST as u64);
+    let _ = map.insert(key, &init(), BPF_NOEXIST as u64);
     inserted(map, key, error_slot)
 }
 
 /// Like lookup_or_init, from a static template: for values too large to build on the
 /// 512-byte BPF stack (histograms).
 #[inline(always)]
-pub fn lookup_or_copy<K, V>(
-    map: &LruHashMap<K, V>,
+pub fn lookup_or_copy<K, V, M: LruMap<K, V>>(
+    map: &M,
     key: &K,
     template: &V,
     error_slot: u32,
@@ -187,7 +224,7 @@ pub fn lookup_or_copy<K, V>(
 
 /// The entry just inserted (by this CPU or another), or None, counted, if the map refused.
 #[inline(always)]
-fn inserted<K, V>(map: &LruHashMap<K, V>, key: &K, error_slot: u32) -> Option<*mut V> {
+fn inserted<K, V, M: LruMap<K, V>>(map: &M, key: &K, error_slot: u32) -> Option<*mut V> {
     let p = map.get_ptr_mut(key);
     if p.is_none() {
         count_error(error_slot);
@@ -201,6 +238,14 @@ pub static ZERO_PEER: PeerTcp = PeerTcp {
     rtt_sum_us: 0,
     retrans_segs: 0,
     retrans_events: 0,
+    opened: 0,
+    closed: 0,
+    windows: [probe_ebpf::RttWindow {
+        epoch: 0,
+        samples: 0,
+        srtt_us: 0,
+        min_rtt_us: 0,
+    }; 2],
 };
 
 pub static ZERO_BURSTS: BurstHist = BurstHist {

@@ -2,17 +2,22 @@
 //! TCP connection established after attach, and keeps per-connection and per-peer state.
 use aya_ebpf::{
     bindings::{
-        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB,
-        BPF_SOCK_OPS_RETRANS_CB, BPF_SOCK_OPS_RETRANS_CB_FLAG, BPF_SOCK_OPS_RTT_CB,
-        BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
+        BPF_SK_STORAGE_GET_F_CREATE, BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB,
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_RETRANS_CB, BPF_SOCK_OPS_RETRANS_CB_FLAG,
+        BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB,
+        BPF_SOCK_OPS_STATE_CB_FLAG,
     },
+    helpers::generated::bpf_sk_storage_get,
     macros::sock_ops,
     programs::SockOpsContext,
 };
-use probe_ebpf::{errors, log2_bucket, ConnKey, ConnStats, PeerKey, AF_INET, AF_INET6};
+use probe_ebpf::{
+    errors, log2_bucket, ConnKey, ConnStats, PeerKey, PeerTcp, AF_INET, AF_INET6, TCP_CLOSE,
+};
 
 use crate::maps::{
-    atomic_add, bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, PEER_TCP, ZERO_PEER,
+    bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, PEER_TCP, SOCK_COUNTED, TCP_EPOCH,
+    ZERO_PEER,
 };
 
 #[sock_ops]
@@ -80,7 +85,19 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                 | BPF_SOCK_OPS_RETRANS_CB_FLAG
                 | BPF_SOCK_OPS_STATE_CB_FLAG;
             let _ = ctx.set_cb_flags((ctx.cb_flags() | flags) as i32);
-            let (c, _) = keys(ctx)?;
+            let (c, p) = keys(ctx)?;
+            // Counted once per socket, and only if its close can be matched to this count.
+            if let Some(mark) = counted_mark(ctx, BPF_SK_STORAGE_GET_F_CREATE as u64) {
+                // SAFETY: live socket storage and per-CPU map value.
+                unsafe {
+                    if *mark == 0 {
+                        *mark = 1;
+                        if let Some(t) = peer(&p) {
+                            (*t).opened += 1;
+                        }
+                    }
+                }
+            }
             let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) else {
                 aya_log_ebpf::warn!(
                     ctx,
@@ -107,14 +124,26 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                     (*v).rtt_samples += 1;
                 }
             }
-            let t = lookup_or_copy(&PEER_TCP, &p, &ZERO_PEER, errors::PEERS_FULL)?;
-            // SAFETY: live map value; the bucket index is clamped by log2_bucket.
+            let min_rtt = ctx_u32(unsafe { core::ptr::addr_of!((*ctx.ops).rtt_min) });
+            let t = peer(&p)?;
+            // SAFETY: this CPU's value of a live map entry; the bucket index is clamped by
+            // log2_bucket and bucket_index.
             unsafe {
                 let b = bucket_index(log2_bucket(mrtt));
-                // No bounds-check panic path: bucket_index bounds b to 0..32.
-                atomic_add((*t).rtt_buckets.as_mut_ptr().add(b), 1);
-                atomic_add(&mut (*t).rtt_count, 1);
-                atomic_add(&mut (*t).rtt_sum_us, mrtt);
+                *(*t).rtt_buckets.as_mut_ptr().add(b) += 1;
+                (*t).rtt_count += 1;
+                (*t).rtt_sum_us += mrtt;
+                let epoch = epoch();
+                let w = &mut (*t).windows[(epoch & 1) as usize];
+                if w.epoch != epoch {
+                    w.epoch = epoch;
+                    w.samples = 0;
+                    w.srtt_us = 0;
+                    w.min_rtt_us = min_rtt;
+                }
+                w.samples += 1;
+                w.srtt_us = w.srtt_us.max(srtt);
+                w.min_rtt_us = w.min_rtt_us.min(min_rtt);
             }
         }
         BPF_SOCK_OPS_RETRANS_CB => {
@@ -124,21 +153,62 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             if let Some(v) = CONNS.get_ptr_mut(&c) {
                 refresh(ctx, v);
             }
-            let t = lookup_or_copy(&PEER_TCP, &p, &ZERO_PEER, errors::PEERS_FULL)?;
-            unsafe { atomic_add(&mut (*t).retrans_segs, segs) };
+            let t = peer(&p)?;
+            unsafe { (*t).retrans_segs += segs };
         }
         BPF_SOCK_OPS_STATE_CB => {
-            let (c, _) = keys(ctx)?;
+            let (c, p) = keys(ctx)?;
             // args[1] is the new state. User space removes closed entries after reading them.
             let new_state = ctx.arg(1);
             if let Some(v) = CONNS.get_ptr_mut(&c) {
                 refresh(ctx, v);
                 unsafe { (*v).state = new_state };
             }
+            if new_state == TCP_CLOSE {
+                if let Some(mark) = counted_mark(ctx, 0) {
+                    // SAFETY: live socket storage and per-CPU map value.
+                    unsafe {
+                        if *mark == 1 {
+                            *mark = 0;
+                            if let Some(t) = peer(&p) {
+                                (*t).closed += 1;
+                            }
+                        }
+                    }
+                }
+            }
         }
         _ => {}
     }
     Some(())
+}
+
+/// This CPU's value of the peer's PEER_TCP entry, inserted if absent.
+#[inline(always)]
+fn peer(p: &PeerKey) -> Option<*mut PeerTcp> {
+    lookup_or_copy(&PEER_TCP, p, &ZERO_PEER, errors::PEERS_FULL)
+}
+
+/// The tick epoch user space last wrote (0 before its first tick).
+#[inline(always)]
+fn epoch() -> u32 {
+    TCP_EPOCH.get(0).copied().unwrap_or(0)
+}
+
+/// The socket's SOCK_COUNTED mark (1: its ESTABLISHED was counted and its close not yet),
+/// created if `flags` says so.
+#[inline(always)]
+fn counted_mark(ctx: &SockOpsContext, flags: u64) -> Option<*mut u32> {
+    // SAFETY: ctx.ops is the kernel's context; sk may be null, checked before use.
+    let sk =
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*ctx.ops).__bindgen_anon_2.sk)) };
+    if sk.is_null() {
+        return None;
+    }
+    let map = core::ptr::from_ref(&SOCK_COUNTED).cast_mut().cast();
+    // SAFETY: a full socket from the context and the storage map's own definition.
+    let v = unsafe { bpf_sk_storage_get(map, sk.cast(), core::ptr::null_mut(), flags) };
+    (!v.is_null()).then_some(v.cast::<u32>())
 }
 
 /// Copies the socket's current TCP state into its map entry.

@@ -87,11 +87,12 @@ fn retransmit(ctx: &TracePointContext) -> Option<()> {
     p.addr = c.raddr;
     p.family = c.family;
     let t = lookup_or_copy(&PEER_TCP, &p, &ZERO_PEER, errors::PEERS_FULL)?;
-    unsafe { atomic_add(&mut (*t).retrans_events, 1) };
+    // SAFETY: this CPU's value of a live per-CPU map entry.
+    unsafe { (*t).retrans_events += 1 };
     // Sockets sock_ops tracks report exact segment counts through RETRANS_CB; count the
     // others here, one segment per event.
     if CONNS.get_ptr(&c).is_none() {
-        unsafe { atomic_add(&mut (*t).retrans_segs, 1) };
+        unsafe { (*t).retrans_segs += 1 };
     }
     Some(())
 }

@@ -38,7 +38,13 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
         "config",
         format!(
             "tick {:?}, listen {}, top_peers {}, maps flows {} conns {} peers {}",
-            cfg.tick, cfg.listen, cfg.top_peers, cfg.maps.flows, cfg.maps.conns, cfg.maps.peers
+            cfg.tick,
+            cfg.listen,
+            cfg.top_peers,
+            cfg.maps.flows,
+            cfg.maps.conns,
+            // What the loader asks for: the default depends on the possible CPUs.
+            cfg.maps.peers_for(aya::util::nr_cpus().unwrap_or(1))
         ),
     );
     match model {

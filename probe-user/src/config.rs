@@ -54,6 +54,8 @@ impl Default for RdmaSettings {
 pub struct MapSizes {
     pub flows: u32,
     pub conns: u32,
+    /// Peers of the per-CPU TCP map; 0: sized by the number of possible CPUs
+    /// (`MapSizes::peers_for`).
     pub peers: u32,
     /// Bytes of the BURST_EVENTS ring (64 per burst end). A full ring loses events, not
     /// histogram counts (the programs then fold the burst in the kernel).
@@ -68,7 +70,7 @@ impl Default for MapSizes {
         Self {
             flows: probe_ebpf::FLOWS_MAX_ENTRIES,
             conns: probe_ebpf::CONNS_MAX_ENTRIES,
-            peers: probe_ebpf::PEERS_MAX_ENTRIES,
+            peers: 0,
             burst_events_bytes: probe_ebpf::BURST_EVENTS_BYTES,
             series_slots: 0,
         }
@@ -90,6 +92,19 @@ impl MapSizes {
             fit.next_power_of_two() / 2
         };
         pow2.clamp(64, probe_ebpf::SERIES_SLOTS_DEFAULT)
+    }
+
+    /// Entries of the per-peer TCP map on a host with `cpus` possible CPUs: as configured,
+    /// or by default PEERS_MAX_ENTRIES, fewer where that would take more than 64 MiB of
+    /// kernel memory. The map is per-CPU and LRU, so the kernel allocates every entry's value
+    /// for every possible CPU when it loads (16,384 x 336 bytes x 128 CPUs would be 704 MB).
+    pub fn peers_for(&self, cpus: usize) -> u32 {
+        if self.peers != 0 {
+            return self.peers;
+        }
+        let per_entry = std::mem::size_of::<probe_ebpf::PeerTcp>() * cpus.max(1);
+        let fit = ((64 << 20) / per_entry) as u32;
+        fit.clamp(256, probe_ebpf::PEERS_MAX_ENTRIES)
     }
 }
 
@@ -303,11 +318,14 @@ impl Config {
         for (k, v) in [
             ("maps.flows", self.maps.flows),
             ("maps.conns", self.maps.conns),
-            ("maps.peers", self.maps.peers),
         ] {
             if !(16..=4_194_304).contains(&v) {
                 bail!("key `{k}`: {v} is out of range (16 to 4194304)");
             }
+        }
+        let peers = self.maps.peers;
+        if peers != 0 && !(16..=4_194_304).contains(&peers) {
+            bail!("key `maps.peers`: {peers} must be 0 (sized by CPUs) or 16 to 4194304");
         }
         let slots = self.maps.series_slots;
         if slots != 0 && (!slots.is_power_of_two() || !(64..=65_536).contains(&slots)) {
@@ -392,6 +410,13 @@ mod tests {
         assert_eq!(d.series_slots_for(256), 256);
         assert_eq!(d.series_slots_for(384), 128);
         assert_eq!(d.series_slots_for(4096), 64);
+        // The per-CPU peer map: 16,384 peers up to 12 CPUs, then within 64 MiB.
+        assert_eq!(d.peers_for(2), probe_ebpf::PEERS_MAX_ENTRIES);
+        assert_eq!(d.peers_for(128), 1560);
+        assert_eq!(d.peers_for(4096), 256);
+        let c = from_file("[maps]\npeers = 64\n").unwrap();
+        assert_eq!(c.maps.peers_for(128), 64);
+        assert!(from_file("[maps]\npeers = 8\n").is_err());
         let c = from_file("flow_scan = \"2s\"\n[maps]\nseries_slots = 4096\n").unwrap();
         assert_eq!(c.maps.series_slots_for(384), 4096);
         assert_eq!(c.flow_scan_ticks(), 2);

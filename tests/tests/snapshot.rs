@@ -8,7 +8,9 @@
 //! swings by tens of percent within one round trip, and probe's copy is refreshed once per
 //! round trip (or 1 received segment in 16), so srtt is compared as the median over several
 //! ticks, each read right after the tick, not as one instant (one instant failed CI at 59
-//! vs 42 ms).
+//! vs 42 ms). Both details come from probe's walks of its flow and connection maps (every
+//! `flow_scan`, 5 s by default); the test sets `flow_scan` to one tick so that every tick
+//! it compares is a walk.
 use probe_tests::iperf::{self, ClientOpts};
 use probe_tests::{cmd, kernel, median, rel_diff, Pair, PairOpts, Probe, ProbeOpts};
 use serde_json::Value;
@@ -16,8 +18,8 @@ use std::time::{Duration, Instant};
 
 /// Ticks whose srtt is compared.
 const SRTT_SAMPLES: usize = 5;
-/// probe's default `flow_scan` in ticks.
-const FLOW_SCAN_TICKS: u32 = 5;
+/// The test's `flow_scan`, in ticks.
+const FLOW_SCAN_TICKS: u32 = 1;
 
 fn snapshot(probe: &Probe) -> Value {
     let body = probe.get("/api/v1/snapshot").unwrap().body;
@@ -73,7 +75,11 @@ fn connection_and_flow_detail_match_the_kernel() {
         ])
         .unwrap();
     let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
-    let probe = Probe::start(&pair.a, ProbeOpts::iface(iface));
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), format!("flow_scan = \"{FLOW_SCAN_TICKS}s\"\n")).unwrap();
+    let mut opts = ProbeOpts::iface(iface);
+    opts.extra = vec!["--config".into(), cfg.path().to_string_lossy().into()];
+    let probe = Probe::start(&pair.a, opts);
     probe.wait_ticks(1);
     let k0 = kernel::iface_counters(&pair.a, iface).unwrap();
     let client = iperf::Client::start(
@@ -88,7 +94,7 @@ fn connection_and_flow_detail_match_the_kernel() {
     // srtt: the same socket in both views, right after each of several ticks.
     let (mut probe_ms, mut ss_ms) = (Vec::new(), Vec::new());
     for _ in 0..SRTT_SAMPLES - 1 {
-        let snap = next_tick(&probe);
+        let snap = next_scan(&probe);
         let conns = kernel::ss_tcp(&pair.a).unwrap();
         if let Some(ss) = kernel::busiest_conn(&conns, pair.ip_b.into(), Some(iperf::PORT)) {
             let port = ss.local.port() as u64;

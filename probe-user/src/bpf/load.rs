@@ -100,7 +100,7 @@ impl Loaded {
             .map_max_entries(names::SERIES_SLOTS, slots)
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
-            .map_max_entries(names::PEER_TCP, cfg.maps.peers)
+            .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
             .map_max_entries(names::BURST_EVENTS, cfg.maps.burst_events_bytes);
         let offsets: Vec<(&'static str, u32)> = [&retx, &probe, &drops, &qdisc]
             .into_iter()

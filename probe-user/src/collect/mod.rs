@@ -4,6 +4,7 @@ pub mod assemble;
 pub mod batch;
 pub mod burst_events;
 pub mod bursts;
+pub mod conns;
 pub mod delta;
 pub mod drops;
 pub mod flows;
@@ -36,6 +37,7 @@ pub struct Collector {
     series: series::SeriesCounters,
     flows: flows::FlowCollector,
     tcp: tcp::TcpCollector,
+    conns: conns::ConnWalk,
     bursts: bursts::BurstCollector,
     burst_events: burst_events::BurstEventCollector,
     drops: drops::DropCollector,
@@ -91,7 +93,8 @@ impl Collector {
         let conns = BpfHashMap::try_from(conns)?;
         let peers = take(names::PEER_TCP)?;
         let peer_reader = batch::MapReader::new(batch::dup_fd(&peers));
-        let peers = BpfHashMap::try_from(peers)?;
+        let peers = PerCpuHashMap::try_from(peers)?;
+        let tcp_epoch = aya::maps::Array::try_from(take(names::TCP_EPOCH)?)?;
         let bursts = take(names::PEER_BURSTS)?;
         let burst_reader = batch::MapReader::new(batch::dup_fd(&bursts));
         let bursts = BpfHashMap::try_from(bursts)?;
@@ -125,7 +128,8 @@ impl Collector {
                 FLOW_IDLE_TIMEOUT.as_nanos() as u64,
                 flow_scan_ticks,
             ),
-            tcp: tcp::TcpCollector::new(conns, conn_reader, peers, peer_reader),
+            tcp: tcp::TcpCollector::new(cpus, peers, peer_reader, tcp_epoch)?,
+            conns: conns::ConnWalk::new(conns, conn_reader, flow_scan_ticks),
         })
     }
 
@@ -202,8 +206,9 @@ impl Collector {
         });
         snap.nonip
             .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
-        (snap.peers, snap.slow_connections) = self.tcp.tick();
-        snap.conn_evictions = self.tcp.evictions();
+        snap.peers = self.tcp.tick();
+        snap.slow_connections = self.conns.tick().to_vec();
+        snap.conn_evictions = self.conns.evictions();
         for (k, b) in self.bursts.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;

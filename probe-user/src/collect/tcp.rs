@@ -1,198 +1,254 @@
-//! Reads the sock_ops connection map and the per-peer TCP map each tick: per-peer smoothed
-//! RTT, minimum RTT, RTT histogram and retransmitted segments.
+//! Reads sock_ops' per-peer TCP map each tick, summing its per-CPU values: the per-peer RTT
+//! histogram and retransmitted segments, the open connections, and the tick's smoothed and
+//! minimum RTT. The connection map itself is walked less often (conns.rs).
+//!
+//! The tick's RTT extremes live in two windows per entry, selected by an epoch this collector
+//! writes to TCP_EPOCH before each read: the callbacks move on to the other window while
+//! the one of the tick that ended is read (PeerTcp::windows).
 use std::net::IpAddr;
 
-use aya::maps::{HashMap, MapData};
-use probe_ebpf::{ConnKey, ConnStats, PeerKey, PeerTcp, LOG2_BUCKETS, TCP_CLOSE};
-use rustc_hash::{FxHashMap, FxHashSet};
+use aya::maps::{Array, MapData, PerCpuHashMap};
+use probe_ebpf::{PeerKey, PeerTcp, LOG2_BUCKETS};
+use rustc_hash::FxHashMap;
 
-use super::{batch::MapReader, delta::DeltaTotals, top::TopN};
-use crate::snapshot::{ip_from_abi, peer_label, ConnDetail, Histogram, PeerSeries};
-
-/// Connections reported in the snapshot's slow_connections.
-const TOP_CONNECTIONS: usize = 32;
-
-/// PeerTcp as a flat counter vector for DeltaTotals: buckets, count, sum, segs, events.
-fn flatten(p: &PeerTcp) -> Vec<u64> {
-    let mut v = p.rtt_buckets.to_vec();
-    v.extend([p.rtt_count, p.rtt_sum_us, p.retrans_segs, p.retrans_events]);
-    v
-}
+use super::{batch::MapReader, delta::DeltaTotals};
+use crate::snapshot::{ip_from_abi, peer_label, Histogram, PeerSeries};
 
 const COUNT: usize = LOG2_BUCKETS;
 const SUM_US: usize = LOG2_BUCKETS + 1;
 const RETRANS_SEGS: usize = LOG2_BUCKETS + 2;
 
-pub struct TcpCollector {
-    conns: HashMap<MapData, ConnKey, ConnStats>,
-    reader: MapReader<ConnKey, ConnStats>,
-    peers: HashMap<MapData, PeerKey, PeerTcp>,
-    peer_reader: MapReader<PeerKey, PeerTcp>,
-    totals: DeltaTotals<PeerKey, IpAddr>,
-    /// Each open connection's RTT sample count at its last reading, and the tick of that
-    /// reading: one table updated in place (one lookup per connection per tick).
-    samples: FxHashMap<ConnKey, (u64, u64)>,
-    tick: u64,
-    /// Open connections the full LRU map evicted, cumulative.
-    evictions: u64,
+/// A peer's round trips in one tick: how many, the largest smoothed RTT a connection left at
+/// one of them (as the connection-map walk reported before: the slowest active connection),
+/// and the smallest minimum RTT.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Rtt {
+    samples: u64,
+    srtt_us: u32,
+    min_rtt_us: Option<u32>,
 }
 
-#[derive(Default)]
-struct ConnAgg {
-    active_srtt_us: Option<u32>,
-    open_srtt_us: Option<u32>,
-    min_rtt_us: Option<u32>,
-    open: u32,
+impl Rtt {
+    fn merge(self, o: Rtt) -> Rtt {
+        Rtt {
+            samples: self.samples + o.samples,
+            srtt_us: self.srtt_us.max(o.srtt_us),
+            min_rtt_us: match (self.min_rtt_us, o.min_rtt_us) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    fn srtt_seconds(&self) -> Option<f64> {
+        (self.samples > 0).then(|| self.srtt_us as f64 * 1e-6)
+    }
+}
+
+/// One entry's per-CPU values folded: the counters summed (as DeltaTotals takes them:
+/// buckets, count, sum, retransmitted segments, retransmit events), the open connections,
+/// and the RTT window of tick `epoch`.
+#[derive(Debug, PartialEq)]
+struct Folded {
+    counters: Vec<u64>,
+    open: u64,
+    rtt: Rtt,
+}
+
+fn fold(per_cpu: &[PeerTcp], epoch: u32) -> Folded {
+    let mut counters = vec![0u64; LOG2_BUCKETS + 4];
+    let (mut opened, mut closed) = (0u64, 0u64);
+    let mut rtt = Rtt::default();
+    for v in per_cpu {
+        for (c, b) in counters.iter_mut().zip(&v.rtt_buckets) {
+            *c += b;
+        }
+        counters[COUNT] += v.rtt_count;
+        counters[SUM_US] += v.rtt_sum_us;
+        counters[RETRANS_SEGS] += v.retrans_segs;
+        counters[LOG2_BUCKETS + 3] += v.retrans_events;
+        opened += v.opened;
+        closed += v.closed;
+        let w = &v.windows[(epoch & 1) as usize];
+        if w.epoch == epoch {
+            rtt = rtt.merge(Rtt {
+                samples: w.samples.into(),
+                srtt_us: w.srtt_us,
+                // The kernel's "no sample yet" is ~0.
+                min_rtt_us: (w.min_rtt_us > 0 && w.min_rtt_us != u32::MAX).then_some(w.min_rtt_us),
+            });
+        }
+    }
+    Folded {
+        counters,
+        // A socket may open on one CPU and close on another; an entry the LRU map recreated
+        // can see closes of connections opened before it.
+        open: opened.saturating_sub(closed),
+        rtt,
+    }
+}
+
+pub struct TcpCollector {
+    peers: PerCpuHashMap<MapData, PeerKey, PeerTcp>,
+    reader: MapReader<PeerKey, PeerTcp>,
+    epoch_map: Array<MapData, u32>,
+    /// The epoch the callbacks are writing now.
+    epoch: u32,
+    cpus: usize,
+    totals: DeltaTotals<PeerKey, IpAddr>,
+    /// Each peer's round trips of its last tick with any, reported while it has open
+    /// connections and no new round trip.
+    last: FxHashMap<IpAddr, Rtt>,
 }
 
 impl TcpCollector {
     pub fn new(
-        conns: HashMap<MapData, ConnKey, ConnStats>,
-        reader: MapReader<ConnKey, ConnStats>,
-        peers: HashMap<MapData, PeerKey, PeerTcp>,
-        peer_reader: MapReader<PeerKey, PeerTcp>,
-    ) -> Self {
-        Self {
-            conns,
-            reader,
+        cpus: usize,
+        peers: PerCpuHashMap<MapData, PeerKey, PeerTcp>,
+        reader: MapReader<PeerKey, PeerTcp>,
+        mut epoch_map: Array<MapData, u32>,
+    ) -> anyhow::Result<Self> {
+        let epoch = 1;
+        epoch_map.set(0, epoch, 0)?;
+        Ok(Self {
             peers,
-            peer_reader,
+            reader,
+            epoch_map,
+            epoch,
+            cpus,
             totals: DeltaTotals::default(),
-            samples: FxHashMap::default(),
-            tick: 0,
-            evictions: 0,
+            last: FxHashMap::default(),
+        })
+    }
+
+    /// Per-peer series of the tick that just ended.
+    pub fn tick(&mut self) -> Vec<PeerSeries> {
+        let ended = self.epoch;
+        self.epoch = ended.wrapping_add(1);
+        if let Err(e) = self.epoch_map.set(0, self.epoch, 0) {
+            // The callbacks keep writing the ended window: the next read sees stale RTTs.
+            tracing::warn!("cannot advance TCP_EPOCH: {e}");
         }
-    }
-
-    /// Open connections the full map evicted since start (seen as an open connection that
-    /// vanished from the map without closing).
-    pub fn evictions(&self) -> u64 {
-        self.evictions
-    }
-
-    /// Per-peer series, and the open connections with the largest srtt.
-    pub fn tick(&mut self) -> (Vec<PeerSeries>, Vec<ConnDetail>) {
-        let mut slow = TopN::new(TOP_CONNECTIONS);
+        let cpus = self.cpus;
         let peers = &self.peers;
-        let peer_entries = self
-            .peer_reader
-            .read(|| peers.iter().filter_map(Result::ok).collect());
-        for (k, v) in peer_entries.iter() {
-            if let Some(peer) = ip_from_abi(k.family, &k.addr) {
-                self.totals.add(*k, peer, flatten(v));
-            }
+        let read = self.reader.read_per_cpu(cpus, || {
+            peers
+                .iter()
+                .filter_map(Result::ok)
+                .map(|(k, v)| (k, v.iter().copied().collect()))
+                .collect()
+        });
+        let mut now: FxHashMap<IpAddr, (u64, Rtt)> = FxHashMap::default();
+        for (k, per_cpu) in read.iter_per_cpu(cpus) {
+            let Some(peer) = ip_from_abi(k.family, &k.addr) else {
+                continue;
+            };
+            let f = fold(per_cpu, ended);
+            self.totals.add(*k, peer, f.counters);
+            let e = now.entry(peer).or_default();
+            e.0 += f.open;
+            e.1 = e.1.merge(f.rtt);
         }
         self.totals.finish();
 
-        let mut aggs: FxHashMap<IpAddr, ConnAgg> = FxHashMap::default();
-        self.tick += 1;
-        let tick = self.tick;
-        let mut closed = Vec::new();
-        let conns = &self.conns;
-        let entries = self
-            .reader
-            .read(|| conns.iter().filter_map(Result::ok).collect());
-        for (k, c) in entries.iter() {
-            if c.state == TCP_CLOSE {
-                closed.push(*k);
-                continue;
-            }
-            let Some(peer) = ip_from_abi(k.family, &k.raddr) else {
-                continue;
-            };
-            let slot = self.samples.entry(*k).or_insert((0, 0));
-            let active = (slot.1 == 0 || c.rtt_samples > slot.0) && c.rtt_samples > 0;
-            *slot = (c.rtt_samples, tick);
-            if c.srtt_us > 0 {
-                slow.push(c.srtt_us.into(), (*k, *c));
-            }
-            let a = aggs.entry(peer).or_default();
-            a.open += 1;
-            if c.srtt_us > 0 {
-                a.open_srtt_us = a.open_srtt_us.max(Some(c.srtt_us));
-                if active {
-                    a.active_srtt_us = a.active_srtt_us.max(Some(c.srtt_us));
-                }
-            }
-            if c.min_rtt_us > 0 && c.min_rtt_us != u32::MAX {
-                a.min_rtt_us = Some(a.min_rtt_us.map_or(c.min_rtt_us, |m| m.min(c.min_rtt_us)));
+        let last = &mut self.last;
+        for (peer, (open, rtt)) in now.iter_mut() {
+            if rtt.samples > 0 {
+                last.insert(*peer, *rtt);
+            } else if *open > 0 {
+                *rtt = last.get(peer).copied().unwrap_or_default();
             }
         }
-        // An open connection read last tick and gone now without having been read closed
-        // was evicted by the full LRU map (its next RTT callback inserts it again, evicting
-        // another). Evictions between two reads of a connection are not seen: a lower bound.
-        let closed_now: FxHashSet<&ConnKey> = closed.iter().collect();
-        let mut evicted = 0;
-        self.samples.retain(|k, (_, seen)| {
-            if *seen == tick {
-                return true;
-            }
-            if !closed_now.contains(k) {
-                evicted += 1;
-            }
-            false
-        });
-        self.evictions += evicted;
-        // Closed connections were read one last time above; free their slots.
-        for k in closed {
-            let _ = self.conns.remove(&k);
-        }
+        last.retain(|p, _| now.get(p).is_some_and(|(open, _)| *open > 0));
 
+        let series = |peer: IpAddr, open: u64, rtt: Rtt, t: Option<&Vec<u64>>| PeerSeries {
+            peer: peer_label(peer),
+            srtt_seconds: rtt.srtt_seconds(),
+            min_rtt_seconds: rtt.min_rtt_us.map(|us| us as f64 * 1e-6),
+            connections: open.try_into().unwrap_or(u32::MAX),
+            rtt: match t {
+                Some(t) => Histogram::from_log2(&t[..COUNT], t[SUM_US], 1e-6),
+                None => Histogram::from_log2(&[0; LOG2_BUCKETS], 0, 1e-6),
+            },
+            retransmits: t.map_or(0, |t| t[RETRANS_SEGS]),
+        };
         let mut out: Vec<PeerSeries> = self
             .totals
             .totals()
             .iter()
             .map(|(peer, t)| {
-                let a = aggs.remove(peer).unwrap_or_default();
-                PeerSeries {
-                    peer: peer_label(*peer),
-                    srtt_seconds: a
-                        .active_srtt_us
-                        .or(a.open_srtt_us)
-                        .map(|us| us as f64 * 1e-6),
-                    min_rtt_seconds: a.min_rtt_us.map(|us| us as f64 * 1e-6),
-                    connections: a.open,
-                    rtt: Histogram::from_log2(&t[..COUNT], t[SUM_US], 1e-6),
-                    retransmits: t[RETRANS_SEGS],
-                }
+                let (open, rtt) = now.remove(peer).unwrap_or_default();
+                series(*peer, open, rtt, Some(t))
             })
             .collect();
-        // Peers with open connections but no RTT sample or retransmit yet.
-        for (peer, a) in aggs {
-            out.push(PeerSeries {
-                peer: peer_label(peer),
-                srtt_seconds: a
-                    .active_srtt_us
-                    .or(a.open_srtt_us)
-                    .map(|us| us as f64 * 1e-6),
-                min_rtt_seconds: a.min_rtt_us.map(|us| us as f64 * 1e-6),
-                connections: a.open,
-                rtt: Histogram::from_log2(&[0; LOG2_BUCKETS], 0, 1e-6),
-                retransmits: 0,
-            });
-        }
+        // Peers with open connections or a round trip whose counters have been idle longer
+        // than DeltaTotals keeps a series.
+        out.extend(
+            now.into_iter()
+                .filter(|(_, (open, rtt))| *open > 0 || rtt.samples > 0)
+                .map(|(peer, (open, rtt))| series(peer, open, rtt, None)),
+        );
         out.sort_by(|a, b| a.peer.cmp(&b.peer));
-        let slow = slow
-            .into_sorted()
-            .into_iter()
-            .filter_map(|(_, (k, c))| {
-                Some(ConnDetail {
-                    local: peer_label(ip_from_abi(k.family, &k.laddr)?),
-                    peer: peer_label(ip_from_abi(k.family, &k.raddr)?),
-                    local_port: k.lport,
-                    peer_port: k.rport,
-                    srtt_seconds: c.srtt_us as f64 * 1e-6,
-                    min_rtt_seconds: c.min_rtt_us as f64 * 1e-6,
-                    snd_cwnd: c.snd_cwnd,
-                    packets_in_flight: c.packets_out,
-                    retrans_in_flight: c.retrans_out,
-                    total_retrans: c.total_retrans,
-                    bytes_acked: c.bytes_acked,
-                    bytes_received: c.bytes_received,
-                    state: c.state,
-                })
-            })
-            .collect();
-        (out, slow)
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probe_ebpf::RttWindow;
+
+    fn cpu(opened: u64, closed: u64, window: Option<(u32, u32, u32, u32)>) -> PeerTcp {
+        let mut v = PeerTcp {
+            opened,
+            closed,
+            rtt_count: 1,
+            ..PeerTcp::default()
+        };
+        if let Some((epoch, samples, srtt_us, min_rtt_us)) = window {
+            v.windows[(epoch & 1) as usize] = RttWindow {
+                epoch,
+                samples,
+                srtt_us,
+                min_rtt_us,
+            };
+        }
+        v
+    }
+
+    #[test]
+    fn a_connection_may_open_on_one_cpu_and_close_on_another() {
+        let f = fold(&[cpu(3, 0, None), cpu(0, 2, None)], 5);
+        assert_eq!((f.open, f.counters[COUNT]), (1, 2));
+        // A recreated entry that sees more closes than opens reports none open, not a wrap.
+        assert_eq!(fold(&[cpu(0, 2, None)], 5).open, 0);
+    }
+
+    #[test]
+    fn only_the_ended_ticks_window_counts() {
+        // CPU 0 and 3 wrote the ended tick (5), CPU 1 only an older one (3, same parity),
+        // CPU 2 already the next (6).
+        let f = fold(
+            &[
+                cpu(1, 0, Some((5, 2, 900, 400))),
+                cpu(1, 0, Some((3, 9, 90_000, 100))),
+                cpu(1, 0, Some((6, 1, 7_000, 50))),
+                cpu(0, 0, Some((5, 1, 1_000, 300))),
+            ],
+            5,
+        );
+        assert_eq!(
+            f.rtt,
+            Rtt {
+                samples: 3,
+                srtt_us: 1_000,
+                min_rtt_us: Some(300)
+            }
+        );
+        assert_eq!(f.rtt.srtt_seconds(), Some(0.001));
+        // No sample yet: the kernel's "no minimum" is not a minimum.
+        let h = fold(&[cpu(1, 0, Some((5, 1, 900, u32::MAX)))], 5);
+        assert_eq!(h.rtt.min_rtt_us, None);
+        assert_eq!(fold(&[cpu(1, 0, None)], 5).rtt.srtt_seconds(), None);
     }
 }
