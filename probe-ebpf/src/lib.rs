@@ -115,7 +115,6 @@ pub mod names {
     pub const BURST_EVENTS: &str = "BURST_EVENTS";
     pub const KFREE_SKB: &str = "tp_kfree_skb";
     pub const QDISC_DEQUEUE: &str = "tp_qdisc_dequeue";
-    pub const TCP_PROBE: &str = "tp_tcp_probe";
     pub const TC_INGRESS_ETH: &str = "tc_ingress_eth";
     pub const TC_EGRESS_ETH: &str = "tc_egress_eth";
     pub const TC_INGRESS_RAWIP: &str = "tc_ingress_rawip";
@@ -143,14 +142,6 @@ pub mod globals {
     pub const DROP_OFF_REASON: &str = "DROP_OFF_REASON";
     /// u32 offset of `skbaddr` in `qdisc:qdisc_dequeue`.
     pub const QDEQ_OFF_SKB: &str = "QDEQ_OFF_SKB";
-    /// u32 offsets in `tcp:tcp_probe` (saddr/daddr are sockaddr_in/sockaddr_in6).
-    pub const PROBE_OFF_SADDR: &str = "PROBE_OFF_SADDR";
-    pub const PROBE_OFF_DADDR: &str = "PROBE_OFF_DADDR";
-    pub const PROBE_OFF_SPORT: &str = "PROBE_OFF_SPORT";
-    pub const PROBE_OFF_DPORT: &str = "PROBE_OFF_DPORT";
-    pub const PROBE_OFF_FAMILY: &str = "PROBE_OFF_FAMILY";
-    pub const PROBE_OFF_SRTT: &str = "PROBE_OFF_SRTT";
-    pub const PROBE_OFF_CWND: &str = "PROBE_OFF_CWND";
 }
 
 /// One direction of one flow on one interface, as the packet headers name it (for egress

@@ -111,7 +111,6 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             // The kernel calls this once per round trip (when an ACK passes the sequence
             // that started the round), not per ACK. args[0] is that ACK's RTT sample, args[1]
             // the updated smoothed RTT (scaled by 8); the context still holds the old one.
-            // Between rounds, tp_tcp_probe keeps srtt fresh.
             let (c, p) = keys(ctx)?;
             let mrtt = ctx.arg(0) as u64;
             let srtt = ctx.arg(1) >> 3;

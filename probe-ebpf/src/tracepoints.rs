@@ -1,10 +1,6 @@
 //! Tracepoints. `tcp:tcp_retransmit_skb` sees retransmits of every socket, including those
 //! opened before probe started or in cgroups sock_ops does not cover.
-use aya_ebpf::{
-    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
-    macros::tracepoint,
-    programs::TracePointContext,
-};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::tracepoint, programs::TracePointContext};
 use probe_ebpf::{errors, log2_bucket, ConnKey, PeerKey, AF_INET, AF_INET6};
 
 use crate::maps::{
@@ -30,20 +26,6 @@ static RETX_OFF_SADDR_V6: u32 = 0;
 static RETX_OFF_DADDR_V6: u32 = 0;
 #[unsafe(no_mangle)]
 static DROP_OFF_REASON: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_SADDR: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_DADDR: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_SPORT: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_DPORT: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_FAMILY: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_SRTT: u32 = 0;
-#[unsafe(no_mangle)]
-static PROBE_OFF_CWND: u32 = 0;
 #[unsafe(no_mangle)]
 static QDEQ_OFF_SKB: u32 = 0;
 
@@ -155,57 +137,6 @@ fn dequeue(ctx: &TracePointContext) -> Option<()> {
         );
         atomic_add(&mut (*h).count, 1);
         atomic_add(&mut (*h).sum_ns, ns);
-    }
-    Some(())
-}
-
-/// `tcp:tcp_probe` fires for every segment a TCP socket receives (fast path included),
-/// with the socket's current smoothed RTT. It keeps the srtt of connections sock_ops tracks
-/// as fresh as `ss` sees it; sock_ops' own RTT callback only runs once per round trip.
-/// One segment in PROBE_SAMPLE_MASK+1 is looked at: srtt still refreshes many times per
-/// round trip, and the cost on hosts receiving millions of segments a second stays small.
-#[tracepoint]
-pub fn tp_tcp_probe(ctx: TracePointContext) -> u32 {
-    if unsafe { bpf_get_prandom_u32() } & PROBE_SAMPLE_MASK != 0 {
-        return 0;
-    }
-    let _ = tcp_probe(&ctx);
-    0
-}
-
-const PROBE_SAMPLE_MASK: u32 = 15;
-
-#[inline(always)]
-fn tcp_probe(ctx: &TracePointContext) -> Option<()> {
-    let fam_off = off(&PROBE_OFF_FAMILY);
-    if fam_off == 0 {
-        return None;
-    }
-    let family: u16 = unsafe { ctx.read_at(fam_off) }.ok()?;
-    let (s_off, d_off) = (off(&PROBE_OFF_SADDR), off(&PROBE_OFF_DADDR));
-    let mut c: ConnKey = zeroed();
-    // saddr/daddr hold a sockaddr_in (address at +4) or sockaddr_in6 (address at +8).
-    if family == AF_INET as u16 {
-        c.family = AF_INET;
-        c.laddr[0] = unsafe { ctx.read_at::<u32>(s_off + 4) }.ok()?;
-        c.raddr[0] = unsafe { ctx.read_at::<u32>(d_off + 4) }.ok()?;
-    } else if family == AF_INET6 as u16 {
-        c.family = AF_INET6;
-        c.laddr = unsafe { ctx.read_at(s_off + 8) }.ok()?;
-        c.raddr = unsafe { ctx.read_at(d_off + 8) }.ok()?;
-    } else {
-        return None;
-    }
-    // Host order in the record, local port first.
-    c.lport = unsafe { ctx.read_at::<u16>(off(&PROBE_OFF_SPORT)) }.ok()?;
-    c.rport = unsafe { ctx.read_at::<u16>(off(&PROBE_OFF_DPORT)) }.ok()?;
-    let v = CONNS.get_ptr_mut(&c)?;
-    let srtt: u32 = unsafe { ctx.read_at(off(&PROBE_OFF_SRTT)) }.ok()?;
-    let cwnd: u32 = unsafe { ctx.read_at(off(&PROBE_OFF_CWND)) }.ok()?;
-    // SAFETY: live map value; plain stores of gauges. The record's srtt is in microseconds.
-    unsafe {
-        (*v).srtt_us = srtt;
-        (*v).snd_cwnd = cwnd;
     }
     Some(())
 }

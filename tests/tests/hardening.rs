@@ -181,7 +181,6 @@ fn the_hardened_capability_set_is_enough() {
         "tc",
         "sock_ops",
         "tcp_retransmit_skb",
-        "tcp_probe",
         "kfree_skb",
         "qdisc_sojourn",
     ] {

@@ -6,7 +6,7 @@
 //! after probe's tick moves the numbers by well under the tolerance; offloads are off so
 //! the veth counts wire packets, as probe does. srtt under a filling and draining tbf queue
 //! swings by tens of percent within one round trip, and probe's copy is refreshed once per
-//! round trip (or 1 received segment in 16), so srtt is compared as the median over several
+//! round trip (sock_ops' RTT callback), so srtt is compared as the median over several
 //! ticks, each read right after the tick, not as one instant (one instant failed CI at 59
 //! vs 42 ms). Both details come from probe's walks of its flow and connection maps (every
 //! `flow_scan`, 5 s by default); the test sets `flow_scan` to one tick so that every tick

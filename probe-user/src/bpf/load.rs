@@ -26,7 +26,6 @@ pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_
 pub struct Hooks {
     pub sock_ops: bool,
     pub tcp_retransmit: bool,
-    pub tcp_probe: bool,
     pub kfree_skb: bool,
     pub qdisc: bool,
     pub bpf_stats: bool,
@@ -70,17 +69,6 @@ impl Loaded {
                 (globals::RETX_OFF_DADDR_V6, f.offset("daddr_v6")?),
             ])
         });
-        let probe = event("tcp", "tcp_probe").and_then(|f| {
-            Ok(vec![
-                (globals::PROBE_OFF_SADDR, f.offset("saddr")?),
-                (globals::PROBE_OFF_DADDR, f.offset("daddr")?),
-                (globals::PROBE_OFF_SPORT, f.offset("sport")?),
-                (globals::PROBE_OFF_DPORT, f.offset("dport")?),
-                (globals::PROBE_OFF_FAMILY, f.offset("family")?),
-                (globals::PROBE_OFF_SRTT, f.offset("srtt")?),
-                (globals::PROBE_OFF_CWND, f.offset("snd_cwnd")?),
-            ])
-        });
         let mut drop_reasons = HashMap::new();
         let drops = event("skb", "kfree_skb").and_then(|f| {
             drop_reasons = f.symbols("reason");
@@ -102,7 +90,7 @@ impl Loaded {
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
             .map_max_entries(names::BURST_EVENTS, cfg.maps.burst_events_bytes);
-        let offsets: Vec<(&'static str, u32)> = [&retx, &probe, &drops, &qdisc]
+        let offsets: Vec<(&'static str, u32)> = [&retx, &drops, &qdisc]
             .into_iter()
             .filter_map(|r| r.as_ref().ok())
             .flatten()
@@ -129,7 +117,7 @@ impl Loaded {
                 "per-connection RTT is off: sock_ops could not attach: {e:#}; flow accounting and retransmits still work"
             ),
         }
-        let attached: Vec<bool> = [retx, probe, drops, qdisc]
+        let attached: Vec<bool> = [retx, drops, qdisc]
             .into_iter()
             .zip(&TRACEPOINTS)
             .map(|(offsets, tp)| {
@@ -149,12 +137,8 @@ impl Loaded {
                 }
             })
             .collect();
-        (
-            hooks.tcp_retransmit,
-            hooks.tcp_probe,
-            hooks.kfree_skb,
-            hooks.qdisc,
-        ) = (attached[0], attached[1], attached[2], attached[3]);
+        (hooks.tcp_retransmit, hooks.kfree_skb, hooks.qdisc) =
+            (attached[0], attached[1], attached[2]);
 
         let stats = if crate::host::privilege::has_sys_admin() {
             match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
@@ -191,18 +175,12 @@ pub struct Tracepoint {
 }
 
 /// In the order the loader reads their offsets; `probe run --check` lists the same.
-pub const TRACEPOINTS: [Tracepoint; 4] = [
+pub const TRACEPOINTS: [Tracepoint; 3] = [
     Tracepoint {
         category: "tcp",
         event: "tcp_retransmit_skb",
         program: names::TCP_RETRANSMIT,
         lost: "retransmits of sockets opened before probe started are not counted",
-    },
-    Tracepoint {
-        category: "tcp",
-        event: "tcp_probe",
-        program: names::TCP_PROBE,
-        lost: "smoothed RTT is refreshed once per round trip only",
     },
     Tracepoint {
         category: "skb",

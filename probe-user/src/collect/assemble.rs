@@ -147,7 +147,6 @@ fn hook_status(h: &Hooks) -> Vec<HookStatus> {
         ("tc", true),
         ("sock_ops", h.sock_ops),
         ("tcp_retransmit_skb", h.tcp_retransmit),
-        ("tcp_probe", h.tcp_probe),
         ("kfree_skb", h.kfree_skb),
         ("qdisc_sojourn", h.qdisc),
         ("bpf_stats", h.bpf_stats),
