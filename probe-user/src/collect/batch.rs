@@ -173,8 +173,13 @@ pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
         aya::maps::Map::HashMap(d)
         | aya::maps::Map::LruHashMap(d)
         | aya::maps::Map::PerCpuHashMap(d)
+        | aya::maps::Map::PerCpuLruHashMap(d)
         | aya::maps::Map::PerCpuArray(d) => d.fd().as_fd().try_clone_to_owned().ok(),
-        _ => None,
+        // A map type missing above would quietly cost two syscalls per entry every read.
+        _ => {
+            tracing::warn!("no batched reads for one of the maps: it is read entry by entry");
+            None
+        }
     }
 }
 
@@ -198,6 +203,20 @@ impl<K: Pod, V: Pod + Default> MapReader<K, V> {
             self.buf.fill(fallback());
         }
         &self.buf
+    }
+
+    /// A per-CPU hash map's entries, `cpus` values each (see BatchBuf::iter_per_cpu).
+    pub fn read_per_cpu_map(
+        &mut self,
+        cpus: usize,
+        map: &aya::maps::PerCpuHashMap<aya::maps::MapData, K, V>,
+    ) -> &BatchBuf<K, V> {
+        self.read_per_cpu(cpus, || {
+            map.iter()
+                .filter_map(Result::ok)
+                .map(|(k, v)| (k, v.iter().copied().collect()))
+                .collect()
+        })
     }
 
     /// A per-CPU map's entries, `cpus` values each (see BatchBuf::iter_per_cpu).

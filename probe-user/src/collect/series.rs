@@ -238,14 +238,7 @@ impl SeriesCounters {
         for (&i, per_cpu) in read.iter_per_cpu(cpus) {
             self.sums.slot(i, per_cpu);
         }
-        let overflow = &self.overflow;
-        let read = self.overflow_reader.read_per_cpu(cpus, || {
-            overflow
-                .iter()
-                .filter_map(Result::ok)
-                .map(|(k, v)| (k, v.iter().copied().collect()))
-                .collect()
-        });
+        let read = self.overflow_reader.read_per_cpu_map(cpus, &self.overflow);
         for (k, per_cpu) in read.iter_per_cpu(cpus) {
             self.sums.overflow(k, per_cpu);
         }

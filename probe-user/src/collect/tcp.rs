@@ -41,7 +41,7 @@ impl Rtt {
     }
 
     fn srtt_seconds(&self) -> Option<f64> {
-        (self.samples > 0).then(|| self.srtt_us as f64 * 1e-6)
+        (self.samples > 0).then_some(self.srtt_us as f64 * 1e-6)
     }
 }
 
@@ -130,14 +130,7 @@ impl TcpCollector {
             tracing::warn!("cannot advance TCP_EPOCH: {e}");
         }
         let cpus = self.cpus;
-        let peers = &self.peers;
-        let read = self.reader.read_per_cpu(cpus, || {
-            peers
-                .iter()
-                .filter_map(Result::ok)
-                .map(|(k, v)| (k, v.iter().copied().collect()))
-                .collect()
-        });
+        let read = self.reader.read_per_cpu_map(cpus, &self.peers);
         let mut now: FxHashMap<IpAddr, (u64, Rtt)> = FxHashMap::default();
         for (k, per_cpu) in read.iter_per_cpu(cpus) {
             let Some(peer) = ip_from_abi(k.family, &k.addr) else {
