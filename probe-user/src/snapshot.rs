@@ -22,7 +22,9 @@ pub struct Snapshot {
     pub nonip: Vec<NonIpSeries>,
     pub peers: Vec<PeerSeries>,
     /// Ticks since probe last walked the kernel flow map (0: this tick; the walk runs every
-    /// `flow_scan`): `flows_tracked`, `flow_evictions` and `top_flows` are that walk's.
+    /// `flow_scan`): `flows_tracked`, `flow_evictions` and `top_flows` are that walk's, and
+    /// `slow_connections` and `conn_evictions` those of the connection map's walk at the same
+    /// tick.
     pub flow_scan_age_ticks: u64,
     /// Entries in the kernel flow map.
     pub flows_tracked: u64,

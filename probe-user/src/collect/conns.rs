@@ -1,5 +1,5 @@
-//! Walks sock_ops' connection map every `flow_scan` ticks, with the flow walk, for what only
-//! it holds: the slowest open connections, evictions of the full map, and closed entries to
+//! Walks sock_ops' connection map at the ticks the flow collector walks the flow map
+//! (every `flow_scan`), for what only it holds: the slowest open connections, evictions of the full map, and closed entries to
 //! delete. Per-peer figures do not come from here: sock_ops keeps them per peer
 //! (PEER_TCP, read each tick by tcp.rs), so a tick does not read every connection.
 use aya::maps::{HashMap, MapData};
@@ -17,9 +17,6 @@ pub struct ConnWalk {
     reader: MapReader<ConnKey, ConnStats>,
     /// The open connections of the last walk.
     open: FxHashSet<ConnKey>,
-    tick: u64,
-    scan_every: u64,
-    last_scan: u64,
     /// The last walk's slowest connections, reported until the next.
     slow: Vec<ConnDetail>,
     /// Open connections the full LRU map evicted, cumulative.
@@ -27,19 +24,14 @@ pub struct ConnWalk {
 }
 
 impl ConnWalk {
-    /// `scan_every`: ticks between walks (at least 1).
     pub fn new(
         conns: HashMap<MapData, ConnKey, ConnStats>,
         reader: MapReader<ConnKey, ConnStats>,
-        scan_every: u64,
     ) -> Self {
         Self {
             conns,
             reader,
             open: FxHashSet::default(),
-            tick: 0,
-            scan_every: scan_every.max(1),
-            last_scan: 0,
             slow: Vec::new(),
             evictions: 0,
         }
@@ -51,11 +43,10 @@ impl ConnWalk {
         self.evictions
     }
 
-    /// The open connections with the largest srtt, as of the last walk (this tick's if due).
-    pub fn tick(&mut self) -> &[ConnDetail] {
-        self.tick += 1;
-        if self.last_scan == 0 || self.tick - self.last_scan >= self.scan_every {
-            self.last_scan = self.tick;
+    /// The open connections with the largest srtt, as of the last walk: this tick's if
+    /// `walk` (the flow map was walked this tick, so `flow_scan_age_ticks` describes both).
+    pub fn tick(&mut self, walk: bool) -> &[ConnDetail] {
+        if walk {
             self.scan();
         }
         &self.slow

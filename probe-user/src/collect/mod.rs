@@ -129,7 +129,7 @@ impl Collector {
                 flow_scan_ticks,
             ),
             tcp: tcp::TcpCollector::new(cpus, peers, peer_reader, tcp_epoch)?,
-            conns: conns::ConnWalk::new(conns, conn_reader, flow_scan_ticks),
+            conns: conns::ConnWalk::new(conns, conn_reader),
         })
     }
 
@@ -190,6 +190,7 @@ impl Collector {
             });
         }
         snap.flow_scan_age_ticks = ft.scan_age;
+        let walk_conns = ft.scan_age == 0;
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
         let bursts = &mut self.bursts;
@@ -207,7 +208,7 @@ impl Collector {
         snap.nonip
             .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
         snap.peers = self.tcp.tick();
-        snap.slow_connections = self.conns.tick().to_vec();
+        snap.slow_connections = self.conns.tick(walk_conns).to_vec();
         snap.conn_evictions = self.conns.evictions();
         for (k, b) in self.bursts.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
