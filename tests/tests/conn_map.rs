@@ -5,8 +5,8 @@
 //!
 //! 1. Six connections open (12 sockets, under the map's size) and three of them close:
 //!    `probe_tcp_connection_evictions_total` stays 0 (a closed connection leaving the map is
-//!    not an eviction), and `probe_tcp_connections`, summed over peers, is the sockets `ss`
-//!    shows established in both namespaces.
+//!    not an eviction), and `probe_tcp_connections` of the pair's two addresses is the
+//!    sockets `ss` shows established in both namespaces.
 //! 2. Forty more open in four waves a second apart (86 sockets), each sending a few bytes
 //!    every 100 ms so that RTT callbacks keep inserting them: probe counts evictions, and
 //!    `probe_tcp_connections` still equals `ss`'s count (sock_ops counts opens and closes per
