@@ -1,6 +1,8 @@
-//! Whole-map reads with BPF_MAP_LOOKUP_BATCH (kernel >= 5.6): one syscall per few thousand
-//! entries instead of two per entry (get_next_key + lookup), which is what keeps a tick over
-//! tens of thousands of flows cheap. aya has no batch API, hence this small raw syscall.
+//! Whole-map walks with BPF_MAP_LOOKUP_BATCH (kernel >= 5.6): one syscall per chunk of up to
+//! a few thousand entries instead of two per entry (get_next_key + lookup), which is what
+//! keeps a walk over tens of thousands of flows cheap. Each chunk goes to the caller before
+//! the next is read into the same buffer, so a walk's memory does not grow with the map.
+//! aya has no batch API, hence this small raw syscall.
 use std::{
     io,
     mem::size_of,
@@ -10,8 +12,15 @@ use std::{
 use aya::Pod;
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-/// Entries asked for per syscall.
-const CHUNK: usize = 4096;
+/// Bytes of keys and values asked for per syscall: the reader's whole buffer. A walk reads
+/// the map a chunk at a time into it and hands each chunk on before reading the next, so the
+/// daemon's memory for a walk is this, not the map's size (read whole, 10,000 flows took
+/// ~2 MiB of buffers per map).
+const CHUNK_BYTES: usize = 256 * 1024;
+/// Entries per syscall, whatever their size: at least a hash bucket's worth (a bucket must
+/// fit in one chunk, else ENOSPC), at most a few thousand.
+const MIN_CHUNK: usize = 64;
+const MAX_CHUNK: usize = 4096;
 
 /// The `batch` member of `union bpf_attr`.
 #[repr(C)]
@@ -27,80 +36,48 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// One map's entries as read, keys and values side by side where the kernel wrote them,
-/// kept between ticks: a tick's read of tens of thousands of entries then allocates nothing
-/// (fresh buffers of megabytes each tick are page faults, and glibc keeps freed ones
-/// resident) and copies nothing after the kernel's own copy. They hold at most the map's
-/// max_entries.
-pub struct BatchBuf<K, V> {
-    keys: Vec<K>,
-    values: Vec<V>,
+/// Entries asked for per syscall when each holds a K and `per` Vs.
+fn chunk_entries<K, V>(per: usize) -> usize {
+    let entry = size_of::<K>() + per.max(1) * size_of::<V>();
+    (CHUNK_BYTES / entry.max(1)).clamp(MIN_CHUNK, MAX_CHUNK)
 }
 
-impl<K, V> Default for BatchBuf<K, V> {
-    fn default() -> Self {
-        Self {
-            keys: Vec::new(),
-            values: Vec::new(),
-        }
-    }
+/// How a batched walk ended.
+#[derive(Debug)]
+enum Walk {
+    /// Every entry was handed on.
+    Complete,
+    /// The kernel cannot batch this map (before any entry was handed on): iterate instead.
+    Unsupported(io::Error),
+    /// Failed after some chunks were handed on: those stand, the rest of this walk is lost.
+    Cut(io::Error),
 }
 
-impl<K, V> BatchBuf<K, V> {
-    /// The entries of the last read, in the kernel's order.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.keys.iter().zip(&self.values)
-    }
-
-    /// The entries of the last read of a per-CPU map: each key with its `cpus` values.
-    pub fn iter_per_cpu(&self, cpus: usize) -> impl Iterator<Item = (&K, &[V])> {
-        self.keys.iter().zip(self.values.chunks_exact(cpus.max(1)))
-    }
-
-    fn fill_per_cpu(&mut self, cpus: usize, entries: Vec<(K, Vec<V>)>)
-    where
-        V: Default + Clone,
-    {
-        self.keys.clear();
-        self.values.clear();
-        for (k, mut v) in entries {
-            v.resize(cpus.max(1), V::default());
-            self.keys.push(k);
-            self.values.extend(v);
-        }
-    }
-
-    fn fill(&mut self, entries: impl IntoIterator<Item = (K, V)>) {
-        self.keys.clear();
-        self.values.clear();
-        for (k, v) in entries {
-            self.keys.push(k);
-            self.values.push(v);
-        }
-    }
-}
-
-/// Reads every (key, value) of a map into `buf`, appending each chunk where the last ended.
-/// An entry holds `per` values: 1, or for a per-CPU map one per possible CPU (V's size must
-/// then be a multiple of 8, as the kernel lays them out). Err(Unsupported) on kernels
-/// without batch lookups, so the caller can fall back to iterating.
-pub fn lookup_all<K: Pod, V: Pod>(
+/// Walks every (key, value) of a map a chunk at a time: each chunk is read into `keys` and
+/// `values` (reused, never grown past one chunk) and handed to `each` before the next is
+/// read. An entry holds `per` values: 1, or for a per-CPU map one per possible CPU (V's
+/// size must then be a multiple of 8, as the kernel lays them out).
+fn lookup_chunks<K: Pod, V: Pod>(
     fd: &OwnedFd,
-    buf: &mut BatchBuf<K, V>,
+    keys: &mut Vec<K>,
+    values: &mut Vec<V>,
     per: usize,
-) -> io::Result<()> {
+    each: &mut dyn FnMut(&[K], &[V]),
+) -> Walk {
     let per = per.max(1);
-    let (keys, values) = (&mut buf.keys, &mut buf.values);
+    let chunk = chunk_entries::<K, V>(per);
     keys.clear();
     values.clear();
+    keys.reserve(chunk);
+    values.reserve(chunk * per);
     // Hash maps use a u32 bucket cursor; 8 bytes leaves room for any map type's cursor.
     let mut cursor_in = 0u64;
     let mut cursor_out = 0u64;
     let mut first = true;
+    let mut handed = 0usize;
     loop {
-        keys.reserve(CHUNK);
-        values.reserve(CHUNK * per);
-        let at = keys.len();
+        keys.clear();
+        values.clear();
         let mut attr = BatchAttr {
             in_batch: if first {
                 0
@@ -108,17 +85,15 @@ pub fn lookup_all<K: Pod, V: Pod>(
                 &mut cursor_in as *mut u64 as u64
             },
             out_batch: &mut cursor_out as *mut u64 as u64,
-            // SAFETY (both): `at` (times `per`) is the length, and CHUNK (times `per`) more
-            // fit in the capacity.
-            keys: unsafe { keys.as_mut_ptr().add(at) } as u64,
-            values: unsafe { values.as_mut_ptr().add(at * per) } as u64,
-            count: CHUNK as u32,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk as u32,
             map_fd: fd.as_raw_fd() as u32,
             ..BatchAttr::default()
         };
-        // SAFETY: attr points at room for CHUNK keys and values of the map's sizes (K and V
-        // are the map's key and value types, `per` values an entry), and lives across the
-        // call.
+        // SAFETY: attr points at room for `chunk` keys and `chunk * per` values of the map's
+        // sizes (reserved above; K and V are the map's key and value types), and lives across
+        // the call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
@@ -135,33 +110,37 @@ pub fn lookup_all<K: Pod, V: Pod>(
         // entries) says how many entries the kernel wrote; after any other error, `count`
         // may still be what was asked.
         if err.is_none() || complete {
-            let n = (attr.count as usize).min(CHUNK);
-            // SAFETY: the kernel wrote the first `n` entries after `at`, and K and V are Pod:
-            // any bytes are valid values.
+            let n = (attr.count as usize).min(chunk);
+            // SAFETY: the kernel wrote the first `n` keys and `n * per` values, and K and V
+            // are Pod: any bytes are valid values.
             unsafe {
-                keys.set_len(at + n);
-                values.set_len((at + n) * per);
+                keys.set_len(n);
+                values.set_len(n * per);
             }
+            each(keys, values);
+            handed += n;
         }
         match err {
             None => {}
-            Some(_) if complete => return Ok(()),
-            // ENOSPC: a bucket held more than CHUNK entries; the iterator copes with any layout.
+            Some(_) if complete => return Walk::Complete,
+            // ENOSPC: a bucket held more entries than a chunk; the iterator copes with any
+            // layout.
             Some(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINVAL) | Some(libc::ENOTSUP) | Some(libc::ENOSPC)
-                ) =>
+                if handed == 0
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL) | Some(libc::ENOTSUP) | Some(libc::ENOSPC)
+                    ) =>
             {
-                return Err(io::Error::new(io::ErrorKind::Unsupported, e))
+                return Walk::Unsupported(e)
             }
-            Some(e) => return Err(e),
+            Some(e) => return Walk::Cut(e),
         }
         cursor_in = cursor_out;
         first = false;
         // Bounded: a map never holds more than u32::MAX entries; stop long before.
-        if keys.len() > 16 * 1024 * 1024 {
-            return Ok(());
+        if handed > 16 * 1024 * 1024 {
+            return Walk::Complete;
         }
     }
 }
@@ -183,66 +162,121 @@ pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
     }
 }
 
-/// Reads a whole map: batched when the kernel can, else entry by entry through aya.
+/// Reads a whole map, a chunk at a time: batched when the kernel can, else entry by entry
+/// through aya.
 pub struct MapReader<K, V> {
     fd: Option<OwnedFd>,
-    buf: BatchBuf<K, V>,
+    /// One chunk's keys and values, reused by every walk.
+    keys: Vec<K>,
+    values: Vec<V>,
 }
 
 impl<K: Pod, V: Pod + Default> MapReader<K, V> {
     pub fn new(fd: Option<OwnedFd>) -> Self {
         Self {
             fd,
-            buf: BatchBuf::default(),
+            keys: Vec::new(),
+            values: Vec::new(),
         }
     }
 
-    /// The map's entries, valid until the next read.
-    pub fn read(&mut self, fallback: impl FnOnce() -> Vec<(K, V)>) -> &BatchBuf<K, V> {
-        if !self.batch(1) {
-            self.buf.fill(fallback());
-        }
-        &self.buf
-    }
-
-    /// A per-CPU hash map's entries, `cpus` values each (see BatchBuf::iter_per_cpu).
-    pub fn read_per_cpu_map(
+    /// Hands every entry of the map to `each`, in the kernel's order.
+    pub fn for_each(
         &mut self,
-        cpus: usize,
-        map: &aya::maps::PerCpuHashMap<aya::maps::MapData, K, V>,
-    ) -> &BatchBuf<K, V> {
-        self.read_per_cpu(cpus, || {
-            map.iter()
-                .filter_map(Result::ok)
-                .map(|(k, v)| (k, v.iter().copied().collect()))
-                .collect()
-        })
+        fallback: impl FnOnce() -> Vec<(K, V)>,
+        mut each: impl FnMut(&K, &V),
+    ) {
+        let batched = self.batch(1, &mut |keys, values| {
+            for (k, v) in keys.iter().zip(values) {
+                each(k, v);
+            }
+        });
+        if !batched {
+            for (k, v) in fallback() {
+                each(&k, &v);
+            }
+        }
     }
 
-    /// A per-CPU map's entries, `cpus` values each (see BatchBuf::iter_per_cpu).
-    pub fn read_per_cpu(
+    /// Hands every entry of a per-CPU map to `each`: its key and its `cpus` values.
+    pub fn for_each_per_cpu(
         &mut self,
         cpus: usize,
         fallback: impl FnOnce() -> Vec<(K, Vec<V>)>,
-    ) -> &BatchBuf<K, V> {
-        if !self.batch(cpus) {
-            self.buf.fill_per_cpu(cpus, fallback());
+        mut each: impl FnMut(&K, &[V]),
+    ) {
+        let cpus = cpus.max(1);
+        let batched = self.batch(cpus, &mut |keys, values| {
+            for (k, v) in keys.iter().zip(values.chunks_exact(cpus)) {
+                each(k, v);
+            }
+        });
+        if !batched {
+            for (k, mut v) in fallback() {
+                v.resize(cpus, V::default());
+                each(&k, &v);
+            }
         }
-        &self.buf
     }
 
-    /// A batched read into `buf`; false if the kernel cannot (from then on, not tried again).
-    fn batch(&mut self, per: usize) -> bool {
+    /// `for_each_per_cpu` over a per-CPU hash map (its fallback iterates `map`).
+    pub fn for_each_per_cpu_map(
+        &mut self,
+        cpus: usize,
+        map: &aya::maps::PerCpuHashMap<aya::maps::MapData, K, V>,
+        each: impl FnMut(&K, &[V]),
+    ) {
+        self.for_each_per_cpu(
+            cpus,
+            || {
+                map.iter()
+                    .filter_map(Result::ok)
+                    .map(|(k, v)| (k, v.iter().copied().collect()))
+                    .collect()
+            },
+            each,
+        );
+    }
+
+    /// A batched walk; false if the kernel cannot batch this map (from then on, not tried
+    /// again) and nothing was handed on, so the caller iterates instead.
+    fn batch(&mut self, per: usize, each: &mut dyn FnMut(&[K], &[V])) -> bool {
         let Some(fd) = &self.fd else {
             return false;
         };
-        match lookup_all::<K, V>(fd, &mut self.buf, per) {
-            Ok(()) => true,
-            Err(e) => {
+        match lookup_chunks::<K, V>(fd, &mut self.keys, &mut self.values, per, each) {
+            Walk::Complete => true,
+            Walk::Unsupported(e) => {
                 tracing::info!("batched map reads unavailable ({e}); reading entry by entry");
                 self.fd = None;
                 false
             }
+            Walk::Cut(e) => {
+                // The entries before the failure were handed on and cannot be taken back:
+                // this read is short; later ones iterate.
+                tracing::warn!(
+                    "a batched map read failed part way ({e}); this read is short, later ones read entry by entry"
+                );
+                self.fd = None;
+                true
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_fit_the_buffer_and_a_bucket() {
+        // A flow: 48-byte key, 160-byte value.
+        assert_eq!(chunk_entries::<[u8; 48], [u8; 160]>(1), 1260);
+        // Small entries stop at MAX_CHUNK.
+        assert_eq!(chunk_entries::<u32, u64>(1), MAX_CHUNK);
+        // A per-CPU value on 2 and on 128 CPUs: the second would be 15 entries, raised to a
+        // bucket's worth.
+        assert_eq!(chunk_entries::<[u8; 24], [u8; 136]>(2), 885);
+        assert_eq!(chunk_entries::<[u8; 24], [u8; 136]>(128), MIN_CHUNK);
     }
 }

@@ -92,14 +92,15 @@ impl BurstCollector {
             self.totals.add_delta(series, &flatten(&h));
         }
         let map = &self.map;
-        let entries = self
-            .reader
-            .read(|| map.iter().filter_map(Result::ok).collect());
-        for (k, v) in entries.iter() {
-            if let Some(series) = series_of(k) {
-                self.totals.add(*k, series, flatten(v));
-            }
-        }
+        let totals = &mut self.totals;
+        self.reader.for_each(
+            || map.iter().filter_map(Result::ok).collect(),
+            |k, v| {
+                if let Some(series) = series_of(k) {
+                    totals.add(*k, series, flatten(v));
+                }
+            },
+        );
         self.totals.finish();
         let n = LOG2_BUCKETS;
         self.totals

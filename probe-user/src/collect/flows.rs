@@ -123,28 +123,30 @@ impl FlowCollector {
         let mut idle = Vec::new();
         let mut top = TopN::new(TOP_FLOWS);
         let flows = &self.flows;
+        let prev = &mut self.prev;
+        let idle_timeout_ns = self.idle_timeout_ns;
         // An entry evicted mid-walk is simply absent: counted as an eviction below.
-        let entries = self
-            .reader
-            .read(|| flows.iter().filter_map(Result::ok).collect());
         // One lookup per flow in `prev`, updated in place.
-        for (k, v) in entries.iter() {
-            let slot = self.prev.entry(*k).or_default();
-            let before = (slot.tick != 0 && slot.first_seen_ns == v.first_seen_ns)
-                .then_some(slot.bytes.min(v.bytes));
-            let moved = v.bytes - before.unwrap_or(0);
-            if moved > 0 {
-                top.push(moved.div_ceil(ticks), (*k, *v));
-            }
-            *slot = Reading {
-                bytes: v.bytes,
-                first_seen_ns: v.first_seen_ns,
-                tick,
-            };
-            if now_ns.saturating_sub(v.last_seen_ns) > self.idle_timeout_ns {
-                idle.push((*k, *v));
-            }
-        }
+        self.reader.for_each(
+            || flows.iter().filter_map(Result::ok).collect(),
+            |k, v| {
+                let slot = prev.entry(*k).or_default();
+                let before = (slot.tick != 0 && slot.first_seen_ns == v.first_seen_ns)
+                    .then_some(slot.bytes.min(v.bytes));
+                let moved = v.bytes - before.unwrap_or(0);
+                if moved > 0 {
+                    top.push(moved.div_ceil(ticks), (*k, *v));
+                }
+                *slot = Reading {
+                    bytes: v.bytes,
+                    first_seen_ns: v.first_seen_ns,
+                    tick,
+                };
+                if now_ns.saturating_sub(v.last_seen_ns) > idle_timeout_ns {
+                    idle.push((*k, *v));
+                }
+            },
+        );
         // Idle flows were counted to their last byte: delete them from the kernel map.
         let mut removed = Vec::new();
         for (k, v) in idle {
@@ -170,13 +172,15 @@ impl FlowCollector {
     /// are not in `prev`.
     pub fn forget_interface(&mut self, ifindex: u32) {
         let flows = &self.flows;
-        let gone: Vec<FlowKey> = self
-            .reader
-            .read(|| flows.iter().filter_map(Result::ok).collect())
-            .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| k.ifindex == ifindex)
-            .collect();
+        let mut gone: Vec<FlowKey> = Vec::new();
+        self.reader.for_each(
+            || flows.iter().filter_map(Result::ok).collect(),
+            |k, _| {
+                if k.ifindex == ifindex {
+                    gone.push(*k);
+                }
+            },
+        );
         for k in &gone {
             let _ = self.flows.remove(k);
         }

@@ -230,18 +230,18 @@ impl SeriesCounters {
     pub fn tick(&mut self) -> &FxHashMap<SeriesKey, Totals> {
         let cpus = self.sums.cpus;
         let slots = &self.slots;
-        let read = self.slot_reader.read_per_cpu(cpus, || {
-            (0..slots.len())
-                .filter_map(|i| Some((i, slots.get(&i, 0).ok()?.iter().copied().collect())))
-                .collect()
-        });
-        for (&i, per_cpu) in read.iter_per_cpu(cpus) {
-            self.sums.slot(i, per_cpu);
-        }
-        let read = self.overflow_reader.read_per_cpu_map(cpus, &self.overflow);
-        for (k, per_cpu) in read.iter_per_cpu(cpus) {
-            self.sums.overflow(k, per_cpu);
-        }
+        let sums = &mut self.sums;
+        self.slot_reader.for_each_per_cpu(
+            cpus,
+            || {
+                (0..slots.len())
+                    .filter_map(|i| Some((i, slots.get(&i, 0).ok()?.iter().copied().collect())))
+                    .collect()
+            },
+            |&i, per_cpu| sums.slot(i, per_cpu),
+        );
+        self.overflow_reader
+            .for_each_per_cpu_map(cpus, &self.overflow, |k, per_cpu| sums.overflow(k, per_cpu));
         // An idle series' overflow entry goes too, making room; its slots just age.
         for k in self.sums.finish(Instant::now()) {
             let _ = self.overflow.remove(&k);

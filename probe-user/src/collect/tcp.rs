@@ -130,18 +130,19 @@ impl TcpCollector {
             tracing::warn!("cannot advance TCP_EPOCH: {e}");
         }
         let cpus = self.cpus;
-        let read = self.reader.read_per_cpu_map(cpus, &self.peers);
         let mut now: FxHashMap<IpAddr, (u64, Rtt)> = FxHashMap::default();
-        for (k, per_cpu) in read.iter_per_cpu(cpus) {
-            let Some(peer) = ip_from_abi(k.family, &k.addr) else {
-                continue;
-            };
-            let f = fold(per_cpu, ended);
-            self.totals.add(*k, peer, f.counters);
-            let e = now.entry(peer).or_default();
-            e.0 += f.open;
-            e.1 = e.1.merge(f.rtt);
-        }
+        let totals = &mut self.totals;
+        self.reader
+            .for_each_per_cpu_map(cpus, &self.peers, |k, per_cpu| {
+                let Some(peer) = ip_from_abi(k.family, &k.addr) else {
+                    return;
+                };
+                let f = fold(per_cpu, ended);
+                totals.add(*k, peer, f.counters);
+                let e = now.entry(peer).or_default();
+                e.0 += f.open;
+                e.1 = e.1.merge(f.rtt);
+            });
         self.totals.finish();
 
         let last = &mut self.last;
