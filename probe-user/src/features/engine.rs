@@ -45,24 +45,30 @@ fn kind_index(kind: &str) -> Option<usize> {
     o::ENTITY_KINDS.iter().position(|k| *k == kind)
 }
 
-/// The indices of `events` grouped by peer, peers in the order they first appear and each
-/// peer's events in theirs: a peer's burst state sees exactly the sequence it would see one
+/// The bursts of `events` grouped by peer, peers in the order they first appear and each
+/// peer's bursts in theirs: a peer's burst state sees exactly the sequence it would see one
 /// event at a time, with one entity lookup per peer instead of per event (30,000 events a
-/// tick at the bench's 10,000 connections, 64 peers). Live, a peer's events share one label
+/// tick at the bench's 10,000 connections, 64 peers). The events are read once, in order,
+/// into compact per-peer bursts: indexing the events peer by peer instead was a cache miss
+/// per event (a tick's events are megabytes). Live, a peer's events share one label
 /// (collect names each peer once a tick), so most are grouped by the label's address;
 /// equal names in separate labels (a replay's) meet in the name lookup.
-fn by_peer(events: &[BurstEvent]) -> Vec<(&str, Vec<usize>)> {
-    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+fn by_peer(events: &[BurstEvent]) -> Vec<(&str, Vec<Burst>)> {
+    let mut groups: Vec<(&str, Vec<Burst>)> = Vec::new();
     let mut by_label: FxHashMap<*const u8, usize> = FxHashMap::default();
     let mut by_name: FxHashMap<&str, usize> = FxHashMap::default();
-    for (i, ev) in events.iter().enumerate() {
+    for ev in events {
         let g = *by_label.entry(ev.peer.as_ptr()).or_insert_with(|| {
             *by_name.entry(&ev.peer).or_insert_with(|| {
                 groups.push((&ev.peer, Vec::new()));
                 groups.len() - 1
             })
         });
-        groups[g].1.push(i);
+        groups[g].1.push(Burst {
+            start: ev.start_unix,
+            end: ev.start_unix + ev.duration_s,
+            bytes: ev.bytes as f64,
+        });
     }
     groups
 }
@@ -150,13 +156,8 @@ impl Engine {
             if let Some(e) = self.entity(peer, name, now) {
                 e.last_seen = now;
                 if let Some(b) = &mut e.bursts {
-                    for &i in &group {
-                        let ev = &events[i];
-                        b.add(Burst {
-                            start: ev.start_unix,
-                            end: ev.start_unix + ev.duration_s,
-                            bytes: ev.bytes as f64,
-                        });
+                    for burst in group {
+                        b.add(burst);
                     }
                 }
             }
@@ -295,24 +296,40 @@ mod tests {
 
     #[test]
     fn events_group_by_peer_in_order_across_labels() {
-        let ev = |peer: Arc<str>| BurstEvent {
+        // Each event's start is its index, so the groups show which events they hold.
+        let ev = |i: usize, peer: Arc<str>| BurstEvent {
             peer,
+            start_unix: i as f64,
+            duration_s: 0.5,
+            bytes: 10 * i as u64,
             ..BurstEvent::default()
         };
         let a: Arc<str> = "a".into();
         let b: Arc<str> = "b".into();
         let events = [
-            ev(b.clone()),
-            ev(a.clone()),
-            ev("b".into()),
-            ev(b.clone()),
-            ev(a),
-            ev("c".into()),
+            ev(0, b.clone()),
+            ev(1, a.clone()),
+            ev(2, "b".into()),
+            ev(3, b.clone()),
+            ev(4, a),
+            ev(5, "c".into()),
         ];
-        let got: Vec<(&str, Vec<usize>)> = by_peer(&events);
+        let got: Vec<(&str, Vec<usize>)> = by_peer(&events)
+            .into_iter()
+            .map(|(p, bursts)| (p, bursts.iter().map(|b| b.start as usize).collect()))
+            .collect();
         assert_eq!(
             got,
             [("b", vec![0, 2, 3]), ("a", vec![1, 4]), ("c", vec![5])]
+        );
+        let first = by_peer(&events)[0].1[1];
+        assert_eq!(
+            first,
+            Burst {
+                start: 2.0,
+                end: 2.5,
+                bytes: 20.0
+            }
         );
     }
 }
