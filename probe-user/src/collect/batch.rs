@@ -270,13 +270,14 @@ mod tests {
 
     #[test]
     fn chunks_fit_the_buffer_and_a_bucket() {
-        // A flow: 48-byte key, 160-byte value.
-        assert_eq!(chunk_entries::<[u8; 48], [u8; 160]>(1), 1260);
+        use probe_ebpf::{FlowKey, FlowStats, PeerKey, PeerTcp};
+        // A flow: 44-byte key, 88-byte value.
+        assert_eq!(chunk_entries::<FlowKey, FlowStats>(1), 1985);
         // Small entries stop at MAX_CHUNK.
         assert_eq!(chunk_entries::<u32, u64>(1), MAX_CHUNK);
-        // A per-CPU value on 2 and on 128 CPUs: the second would be 15 entries, raised to a
-        // bucket's worth.
-        assert_eq!(chunk_entries::<[u8; 24], [u8; 136]>(2), 885);
-        assert_eq!(chunk_entries::<[u8; 24], [u8; 136]>(128), MIN_CHUNK);
+        // A per-CPU peer (336 bytes a CPU) on 2 and on 128 CPUs: the second would be 6
+        // entries, raised to a bucket's worth.
+        assert_eq!(chunk_entries::<PeerKey, PeerTcp>(2), 378);
+        assert_eq!(chunk_entries::<PeerKey, PeerTcp>(128), MIN_CHUNK);
     }
 }
