@@ -3,7 +3,7 @@
 //! CPU and memory, the kernel cost of every program per run and per packet (with an empty TC
 //! program beside them as the floor), probe's kernel CPU as a share of the machine's busy
 //! CPU, and the time of a /metrics scrape.
-use super::nop::{NopTc, RunStats};
+use super::nop::{NopSockOps, NopTc, RunStats};
 use super::{bpf_counters, bpf_deltas, Programs};
 use anyhow::{bail, Context, Result};
 use probe_tests::process::{parse_status_kib, proc_usage, Child};
@@ -160,10 +160,18 @@ fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(parse_status_kib(&status, "VmRSS")? * 1024)
 }
 
-fn nop_stats(nop: &Option<NopTc>) -> Vec<(&'static str, RunStats)> {
-    nop.as_ref()
+fn nop_stats(nop: &Option<NopTc>, sockops: &Option<NopSockOps>) -> Vec<(&'static str, RunStats)> {
+    let mut out = nop
+        .as_ref()
         .and_then(|n| n.stats().map_err(|e| eprintln!("bench: {e:#}")).ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    if let Some(st) = sockops
+        .as_ref()
+        .and_then(|n| n.stats().map_err(|e| eprintln!("bench: {e:#}")).ok())
+    {
+        out.push((NopSockOps::NAME, st));
+    }
+    out
 }
 
 /// Times `n` scrapes of /metrics from inside probe's namespace, spread over different
@@ -212,11 +220,20 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     let mut probe = Probe::try_start(&pair.a, ProbeOpts::iface(&pair.veth_a).bin(bin).tick("1s"))?;
     let pid = probe.pid();
     // The floor, on the other end of the same veth: the same packets, in the other direction.
-    let (nop, nop_error) = match NopTc::attach(&pair.b, &pair.veth_b) {
+    let (nop, mut nop_error) = match NopTc::attach(&pair.b, &pair.veth_b) {
         Ok(n) => (Some(n), None),
         Err(e) => {
             eprintln!("bench: no empty-program baseline: {e:#}");
             (None, Some(format!("{e:#}")))
+        }
+    };
+    // And beside probe's sock_ops, on the same callbacks.
+    let nop_sockops = match NopSockOps::attach() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            eprintln!("bench: no empty sock_ops baseline: {e:#}");
+            nop_error.get_or_insert_with(|| format!("{e:#}"));
+            None
         }
     };
 
@@ -248,7 +265,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
 
     std::thread::sleep(WARMUP);
     let s0 = probe.try_metrics()?;
-    let n0 = nop_stats(&nop);
+    let n0 = nop_stats(&nop, &nop_sockops);
     let k0 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
     // The CPU window holds no scrape: only the daemon's own work with the flows.
     let u0 = proc_usage(pid)?;
@@ -264,7 +281,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     let window_seconds = t0.elapsed().as_secs_f64();
     let rss = rss_bytes(pid)?;
     let k1 = kernel::iface_counters(&pair.a, &pair.veth_a)?;
-    let n1 = nop_stats(&nop);
+    let n1 = nop_stats(&nop, &nop_sockops);
     let s1 = probe.try_metrics()?;
 
     eprintln!("bench: timing {} scrapes", o.scrapes);
@@ -290,6 +307,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         .collect::<Vec<_>>()
         .join("\n");
     drop(nop);
+    drop(nop_sockops);
     let st = probe.terminate(Duration::from_secs(10));
     if !st.is_some_and(|s| s.success()) {
         bail!(

@@ -1,7 +1,10 @@
-//! A do-nothing TC program, loaded with raw bpf(2) calls (no compiler, no object file) and
-//! attached with TCX links: the floor that BPF run-time statistics report for a program that
+//! Do-nothing programs, loaded with raw bpf(2) calls (no compiler, no object file) and
+//! attached with links: the floor that BPF run-time statistics report for a program that
 //! does nothing on this machine (dispatch plus the statistics' own clock reads), measured
-//! beside probe's programs on the same packets.
+//! beside probe's programs on the same events. A TC pair on the peer veth sees the same
+//! packets as probe's TC programs; a sock_ops program on the cgroup v2 root runs at every
+//! callback of every socket probe's sock_ops asked callbacks of (a cgroup runs all of its
+//! sock_ops programs at each callback).
 use anyhow::{bail, Context, Result};
 use probe_tests::Netns;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -10,8 +13,18 @@ const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_PROG_TYPE_SOCK_OPS: u32 = 13;
+const BPF_CGROUP_SOCK_OPS: u32 = 3;
 const BPF_TCX_INGRESS: u32 = 46;
 const BPF_TCX_EGRESS: u32 = 47;
+
+/// `r0 = 1 (sock_ops: carry on); exit`.
+const SOCK_OPS_PROGRAM: [u64; 2] = [
+    // BPF_ALU64 | BPF_MOV | BPF_K (0xb7), dst r0, imm 1.
+    u64::from_le_bytes([0xb7, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00]),
+    // BPF_JMP | BPF_EXIT (0x95).
+    u64::from_le_bytes([0x95, 0, 0, 0, 0, 0, 0, 0]),
+];
 
 /// `r0 = -1 (TCX_NEXT: carry on as if nothing were attached); exit`.
 const PROGRAM: [u64; 2] = [
@@ -90,7 +103,7 @@ impl NopTc {
                 ("nop_ingress", BPF_TCX_INGRESS),
                 ("nop_egress", BPF_TCX_EGRESS),
             ] {
-                let prog = load(name)?;
+                let prog = load(name, BPF_PROG_TYPE_SCHED_CLS, &PROGRAM)?;
                 let mut a = Attr::new();
                 a.u32(0, prog.as_raw_fd() as u32)
                     .u32(4, ifindex)
@@ -118,17 +131,66 @@ impl NopTc {
     }
 }
 
-fn load(name: &str) -> Result<OwnedFd> {
+/// An empty sock_ops program on the cgroup v2 root (detached when dropped).
+pub struct NopSockOps {
+    prog: Attached,
+}
+
+impl NopSockOps {
+    pub const NAME: &'static str = "nop_sockops";
+
+    /// Loads the empty sock_ops program and attaches it to the cgroup v2 root, beside
+    /// probe's.
+    pub fn attach() -> Result<NopSockOps> {
+        let root = cgroup2_root()?;
+        let cgroup = std::fs::File::open(&root)
+            .with_context(|| format!("opening the cgroup v2 root {}", root.display()))?;
+        let prog = load(Self::NAME, BPF_PROG_TYPE_SOCK_OPS, &SOCK_OPS_PROGRAM)?;
+        let mut a = Attr::new();
+        a.u32(0, prog.as_raw_fd() as u32)
+            .u32(4, cgroup.as_raw_fd() as u32)
+            .u32(8, BPF_CGROUP_SOCK_OPS);
+        let link = bpf(BPF_LINK_CREATE, &mut a).context("attaching the empty sock_ops program")?;
+        Ok(NopSockOps {
+            prog: Attached {
+                name: Self::NAME,
+                prog,
+                // SAFETY: a new fd the kernel just returned.
+                _link: unsafe { OwnedFd::from_raw_fd(link) },
+            },
+        })
+    }
+
+    pub fn stats(&self) -> Result<RunStats> {
+        prog_stats(&self.prog.prog)
+    }
+}
+
+/// Where cgroup v2 is mounted (/proc/self/mounts).
+fn cgroup2_root() -> Result<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, dir, fs) = (f.next()?, f.next()?, f.next()?);
+            (fs == "cgroup2").then(|| std::path::PathBuf::from(dir))
+        })
+        .next()
+        .context("no cgroup v2 mount in /proc/self/mounts")
+}
+
+fn load(name: &str, prog_type: u32, program: &[u64]) -> Result<OwnedFd> {
     let license = c"GPL";
     let mut a = Attr::new();
-    a.u32(0, BPF_PROG_TYPE_SCHED_CLS)
-        .u32(4, PROGRAM.len() as u32)
-        .u64(8, PROGRAM.as_ptr() as u64)
+    a.u32(0, prog_type)
+        .u32(4, program.len() as u32)
+        .u64(8, program.as_ptr() as u64)
         .u64(16, license.as_ptr() as u64);
     // prog_name: at most 15 bytes and a NUL.
     let n = name.len().min(15);
     a.0[48..48 + n].copy_from_slice(&name.as_bytes()[..n]);
-    let fd = bpf(BPF_PROG_LOAD, &mut a).context("loading the empty TC program")?;
+    let fd = bpf(BPF_PROG_LOAD, &mut a).with_context(|| format!("loading the empty program {name}"))?;
     // SAFETY: a new fd the kernel just returned.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
