@@ -168,7 +168,8 @@ impl NopSockOps {
 
 /// Where cgroup v2 is mounted (/proc/self/mounts).
 fn cgroup2_root() -> Result<std::path::PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    let mounts =
+        std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
     mounts
         .lines()
         .filter_map(|l| {
@@ -190,7 +191,8 @@ fn load(name: &str, prog_type: u32, program: &[u64]) -> Result<OwnedFd> {
     // prog_name: at most 15 bytes and a NUL.
     let n = name.len().min(15);
     a.0[48..48 + n].copy_from_slice(&name.as_bytes()[..n]);
-    let fd = bpf(BPF_PROG_LOAD, &mut a).with_context(|| format!("loading the empty program {name}"))?;
+    let fd =
+        bpf(BPF_PROG_LOAD, &mut a).with_context(|| format!("loading the empty program {name}"))?;
     // SAFETY: a new fd the kernel just returned.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
