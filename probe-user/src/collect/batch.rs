@@ -47,7 +47,8 @@ fn chunk_entries<K, V>(per: usize) -> usize {
 enum Walk {
     /// Every entry was handed on.
     Complete,
-    /// The kernel cannot batch this map (before any entry was handed on): iterate instead.
+    /// The first chunk failed (a kernel that cannot batch this map, or any other error):
+    /// nothing was handed on, so the caller can iterate instead.
     Unsupported(io::Error),
     /// Failed after some chunks were handed on: those stand, the rest of this walk is lost.
     Cut(io::Error),
@@ -123,17 +124,10 @@ fn lookup_chunks<K: Pod, V: Pod>(
         match err {
             None => {}
             Some(_) if complete => return Walk::Complete,
-            // ENOSPC: a bucket held more entries than a chunk; the iterator copes with any
-            // layout.
-            Some(e)
-                if handed == 0
-                    && matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINVAL) | Some(libc::ENOTSUP) | Some(libc::ENOSPC)
-                    ) =>
-            {
-                return Walk::Unsupported(e)
-            }
+            // EINVAL/ENOTSUP: no batch lookups here; ENOSPC: a bucket held more entries than
+            // a chunk. The iterator copes with either, and with anything else on the first
+            // chunk: nothing has been handed on yet.
+            Some(e) if handed == 0 => return Walk::Unsupported(e),
             Some(e) => return Walk::Cut(e),
         }
         cursor_in = cursor_out;

@@ -1,7 +1,8 @@
 //! Walks sock_ops' connection map at the ticks the flow collector walks the flow map
-//! (every `flow_scan`), for what only it holds: the slowest open connections, evictions of the full map, and closed entries to
-//! delete. Per-peer figures do not come from here: sock_ops keeps them per peer
-//! (PEER_TCP, read each tick by tcp.rs), so a tick does not read every connection.
+//! (every `flow_scan`), for what only it holds: the slowest open connections, evictions of
+//! the full map, and closed entries to delete. Per-peer figures do not come from here:
+//! sock_ops keeps them per peer (PEER_TCP, read each tick by tcp.rs), so a tick does not
+//! read every connection.
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, TCP_CLOSE};
 use rustc_hash::FxHashSet;

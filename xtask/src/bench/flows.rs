@@ -232,7 +232,10 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         Ok(n) => Some(n),
         Err(e) => {
             eprintln!("bench: no empty sock_ops baseline: {e:#}");
-            nop_error.get_or_insert_with(|| format!("{e:#}"));
+            nop_error = Some(match nop_error {
+                Some(tc) => format!("{tc}; {e:#}"),
+                None => format!("{e:#}"),
+            });
             None
         }
     };

@@ -615,7 +615,7 @@ fn render_flows(s: &mut String, f: &Flows) {
         ),
     );
     if let Some(e) = &f.nop_error {
-        row("empty TC program (floor)", format!("not measured: {e}"));
+        row("empty programs (floor)", format!("not measured: {e}"));
     }
     if !f.flowgen_log.is_empty() {
         row("flowgen", f.flowgen_log.replace('\n', "; "));
