@@ -330,6 +330,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .then(total(*a).cmp(&total(*b)))
             .then(bytes_of(*a).total_cmp(&bytes_of(*b)))
     });
+    let period = period.map(|t| fundamental(t, &windows));
     // Refined: the median of the window periods near it.
     let period = period.map(|t| {
         let mut near: Vec<f64> = windows
@@ -520,6 +521,24 @@ fn shaped(occ: &[f64]) -> bool {
     max >= 0.1 && min <= 0.5 * max
 }
 
+/// The period under `t`: the smallest whole fraction of it (1/2 to 1/8) that a class voting
+/// for `t` also saw as its period, in a window or over the recording. Such a class saw both
+/// the rhythm and a multiple of it (a 4-rank ring's sends repeat their pattern every four
+/// iterations and may peak highest there), so the fraction is the iteration. A fraction
+/// that only other classes saw is left alone: a paced cross-traffic flow can divide the
+/// period by chance.
+fn fundamental(t: f64, windows: &[Vec<f64>]) -> f64 {
+    let near = |p: f64, q: f64| (p / q - 1.0).abs() <= 0.1;
+    windows
+        .iter()
+        .filter(|ps| ps.iter().any(|p| near(*p, t)))
+        .flatten()
+        .copied()
+        .filter(|f| f.is_finite() && *f < t && matches(t, *f) && !near(*f, t))
+        .min_by(f64::total_cmp)
+        .unwrap_or(t)
+}
+
 /// Window length for the period votes.
 const VOTE_WINDOW_S: f64 = 20.0;
 
@@ -678,4 +697,30 @@ fn phases(profiles: &[Profile]) -> Vec<Phase> {
         }
     }
     phases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_class_that_saw_the_period_and_its_multiple_gives_the_period() {
+        // The lab's 4-rank ring (CI, stop 23): sends locked on to 4 x 0.223 s over the
+        // recording and in its window, receives on 4x in the window and 1x overall.
+        let w = vec![vec![0.8916, 0.8916], vec![0.8916, 0.2229]];
+        assert_eq!(fundamental(0.8916, &w), 0.2229);
+        // Down to the smallest fraction seen: 8T, 2T and T in one class.
+        let w = vec![vec![1.6, 0.4], vec![1.6, 0.2, f64::NAN]];
+        assert_eq!(fundamental(1.6, &w), 0.2);
+    }
+
+    #[test]
+    fn a_fraction_only_other_classes_saw_is_not_the_period() {
+        // A paced flow at 50 ms divides a 200 ms job period by chance: it votes only for 50.
+        let w = vec![vec![0.2, 0.2], vec![0.05, 0.05]];
+        assert_eq!(fundamental(0.2, &w), 0.2);
+        // Not a whole fraction (0.2 / 0.07 = 2.86): no change either.
+        let w = vec![vec![0.2, 0.07]];
+        assert_eq!(fundamental(0.2, &w), 0.2);
+    }
 }

@@ -127,12 +127,13 @@ fn calm_case(
     ))
 }
 
-/// A case that fails is run once more, and the test fails if it fails again. CI once saw a
-/// ring x4 run named `unknown` with no period although its traffic and recording looked
-/// normal (traingen's iterations, burst event and row counts); nine reruns of that case on
-/// the same machine passed, and its directory was gone. The rerun keeps that rare failure
-/// from failing the suite while a broken analysis (wrong every time) still fails it; the
-/// first failure is printed in full and its run directory kept, so that it can be studied.
+/// A case that fails is run once more, and the test fails if it fails again. CI twice saw a
+/// ring x4 run named `unknown` with no period; the kept directory of the second showed why:
+/// the period vote picked 4x the iteration (the ring's sends peak there), and a marker cut
+/// at 4x found no iterations. `timing::fundamental` mends that. The rerun keeps a rare
+/// failure from failing the suite while a broken analysis (wrong every time) still fails
+/// it; the first failure is printed in full and its run directory kept, so that it can be
+/// studied.
 #[test]
 fn analyze_names_the_pattern_and_period_of_every_lab_pattern() {
     if !crate::build::is_root() {
