@@ -4,6 +4,7 @@ use anyhow::{bail, Context as _, Result};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct TestArgs {
@@ -127,7 +128,10 @@ fn run_tests(cmd: &mut Command, summaries: &mut Summaries) -> Result<std::proces
 const FUZZ_SECONDS: u64 = 10;
 
 pub fn run(args: TestArgs) -> Result<()> {
+    let started = Instant::now();
     crate::setup::run()?;
+    // Where CI's time goes, printed at the end (CI allows 90 minutes; keep well under 45).
+    let mut times = vec![("setup".to_owned(), started.elapsed())];
 
     let mut steps = vec![
         step("format", cargo_with(&["fmt", "--all", "--check"])),
@@ -199,6 +203,7 @@ pub fn run(args: TestArgs) -> Result<()> {
         let shown = display(&s.cmd);
         println!("\n==> xtask test [{}/{total}] {}: {shown}", i + 1, s.name);
         std::io::stdout().flush()?;
+        let t0 = Instant::now();
         let status = if s.tests {
             run_tests(&mut s.cmd, &mut summaries)?
         } else {
@@ -206,7 +211,9 @@ pub fn run(args: TestArgs) -> Result<()> {
                 .status()
                 .with_context(|| format!("could not start `{shown}`"))?
         };
+        times.push((s.name.to_owned(), t0.elapsed()));
         if !status.success() {
+            print_times(&times, started);
             print_summaries(&summaries);
             if !summaries.lines.is_empty() {
                 let (passed, failed, ignored) = summaries.totals();
@@ -218,12 +225,25 @@ pub fn run(args: TestArgs) -> Result<()> {
     if args.quick {
         println!("\nxtask test: --quick: integration tests skipped");
     }
+    print_times(&times, started);
     print_summaries(&summaries);
     let (passed, failed, ignored) = summaries.totals();
     println!("xtask test: all steps passed");
     // The plain closing line that CI's log reader counts, after cargo's own lines.
     println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
     Ok(())
+}
+
+fn print_times(times: &[(String, Duration)], started: Instant) {
+    let steps: Vec<String> = times
+        .iter()
+        .map(|(name, d)| format!("{name} {:.0} s", d.as_secs_f64()))
+        .collect();
+    println!(
+        "\n==> xtask test: {:.1} min in all: {}",
+        started.elapsed().as_secs_f64() / 60.0,
+        steps.join(", ")
+    );
 }
 
 fn print_summaries(summaries: &Summaries) {
