@@ -60,11 +60,12 @@ pub const SERIES_MAX_ENTRIES: u32 = 16_384;
 pub const QDISC_INFLIGHT_MAX_ENTRIES: u32 = 65_536;
 pub const DROP_REASONS_MAX_ENTRIES: u32 = 1_024;
 /// Bytes of the BURST_EVENTS ring buffer (a power of two, a multiple of the page size).
-/// A record is 64 bytes (an 8-byte header + `BurstEnd`), so 4 MiB holds 65,536 burst ends:
-/// a whole 1 s tick of 65,536 bursts/s (6,500 flows each ending a burst every 100 ms, well
-/// above a training host's connection count) before the kernel has to drop one, and the
-/// same number user space hands over per tick at most. It costs 4 MiB of kernel memory.
-pub const BURST_EVENTS_BYTES: u32 = 4 << 20;
+/// A record is 64 bytes (an 8-byte header + `BurstEnd`), so 512 KiB holds 8,192 burst ends:
+/// user space drains the ring every 100 ms, so that is 81,920 bursts/s (8,000 flows each
+/// ending a burst every 100 ms, well above a training host's connection count) before the
+/// kernel has to drop one. It costs 512 KiB of kernel memory and 1 MiB of the daemon's RSS
+/// (the kernel maps the data twice).
+pub const BURST_EVENTS_BYTES: u32 = 512 << 10;
 
 /// Slots of the ERRORS per-CPU array: inserts (or ring buffer reservations) that a full map
 /// refused.

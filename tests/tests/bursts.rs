@@ -156,7 +156,7 @@ fn bursts_match_the_generator() {
 
 /// The per-peer histograms are folded in user space from the burst-end ring; a burst the full
 /// ring refuses is folded by the TC program into PEER_BURSTS instead. With the ring at its
-/// smallest (`[maps] burst_events_bytes = 4096`, 64 records, drained every 500 ms) and 100
+/// smallest (`[maps] burst_events_bytes = 4096`, 64 records, drained every 100 ms) and 100
 /// connections each ending a burst every 100 ms (200 records per round with the ACK bursts
 /// coming back), most events are lost, and the counts must still be exact:
 /// - each connection's egress ends 1 + ROUNDS bursts: the handshake (SYN, then the ACK of

@@ -1,73 +1,155 @@
 //! Burst ends streamed by the TC programs through the BURST_EVENTS ring buffer, one record
 //! per ended burst (never per packet): the fine-grained timing a 1 s tick cannot see.
 //!
-//! Each tick drains what the ring holds at that moment without waiting (the kernel writes
-//! with BPF_RB_NO_WAKEUP, nothing polls), converts the kernel's monotonic times to wall-clock
-//! seconds and names interface and peer as the flow collector does. Lost events are counted
-//! in two places: the kernel counts reservations the full ring refused (ERRORS slot
-//! BURST_EVENTS_FULL), and this collector counts what it read beyond the per-tick cap.
+//! A thread (`probe-ring`) drains the ring every DRAIN_EVERY, and each tick drains it once
+//! more and takes what was read since the last tick. The kernel writes with
+//! BPF_RB_NO_WAKEUP (nothing polls), so the ring only has to hold 100 ms of burst ends,
+//! not a tick's: 512 KiB holds 8,192 of them. The ring's pages are resident twice in the
+//! daemon (the kernel maps its data area twice, and populates it at mmap), so the 4 MiB
+//! ring that a once-a-tick drain needed cost 8 MiB of RSS.
+//!
+//! Every record read is folded into its peer's histograms (`Folds`, exact counts); at most
+//! MAX_EVENTS_PER_TICK are kept as events, and reading stops at twice that until the next
+//! tick, so a tick's work is bounded even while the programs keep writing. Lost events are
+//! counted in two places: the kernel counts reservations the full ring refused (ERRORS slot
+//! BURST_EVENTS_FULL; the program folds those bursts into PEER_BURSTS itself), and this
+//! collector counts what it read beyond the per-tick cap. Kernel monotonic times become
+//! wall-clock seconds, and interface and peer are named as the flow collector names them.
 //!
 //! A flow's burst ends only when its next packet comes after the gap. The burst in progress
 //! when the flow collector deletes an idle flow (idle for FLOW_IDLE_TIMEOUT, far longer than
 //! any burst gap) has ended but no packet will say so: it is handed over from the flow's last
 //! reading (`unfinished`), so a job's last burst before a pause is not lost. A flow the full
 //! LRU map evicts takes its burst in progress with it (counted in probe_flow_evictions_total).
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
 
 use aya::maps::{MapData, RingBuf};
 use probe_ebpf::{Addr, BurstEnd, FlowKey, FlowStats, DIR_EGRESS, DIR_INGRESS};
 use rustc_hash::FxHashMap;
 
-use super::direction_label;
+use super::{bursts::Folds, direction_label};
 use crate::{
     observe::BurstEvent,
     snapshot::{ip_from_abi, peer_label},
 };
 
-pub struct BurstEventCollector {
+/// How often the drain thread empties the ring between ticks.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(100);
+
+/// Events handed over per tick at most (65,536: a 1 s tick of 6,500 flows each ending a
+/// burst every 100 ms, well above a training host's connection count).
+pub const MAX_EVENTS_PER_TICK: usize = 1 << 16;
+
+/// What the drains read since the last tick, and the ring they read it from.
+struct Drained {
     ring: RingBuf<MapData>,
-    /// Events handed over per tick at most: a ring's worth (its bytes / 64-byte records).
-    max_per_tick: usize,
-    /// Events read beyond the per-tick cap and dropped, cumulative.
+    kept: Vec<BurstEnd>,
+    folds: Folds,
+    /// Records read since the last tick (reading stops at 2 x MAX_EVENTS_PER_TICK).
+    read: usize,
+    /// Records read beyond MAX_EVENTS_PER_TICK and not kept, since start.
     dropped: u64,
 }
 
-impl BurstEventCollector {
-    /// `ring_bytes`: the ring's size as loaded (`[maps] burst_events_bytes`).
-    pub fn new(ring: RingBuf<MapData>, ring_bytes: u32) -> Self {
-        Self {
+impl Drained {
+    fn drain(&mut self) {
+        let Self {
             ring,
-            max_per_tick: (ring_bytes / 64).max(1) as usize,
-            dropped: 0,
-        }
-    }
-
-    /// Takes the records the ring holds now; never waits. Hands every record to `each` (the
-    /// per-peer histograms are folded from all of them), keeps at most a ring's worth as
-    /// events and drops (counting) up to as many more, so that a tick's work is bounded even
-    /// while the programs keep writing; anything beyond stays in the ring for the next tick.
-    pub fn drain(&mut self, mut each: impl FnMut(&BurstEnd)) -> Vec<BurstEnd> {
-        let mut out = Vec::new();
-        for _ in 0..2 * self.max_per_tick {
-            let Some(item) = self.ring.next() else {
+            kept,
+            folds,
+            read,
+            dropped,
+        } = self;
+        while *read < 2 * MAX_EVENTS_PER_TICK {
+            let Some(item) = ring.next() else {
                 break;
             };
             let Some(r) = parse(&item) else {
                 continue;
             };
-            each(&r);
-            if out.len() == self.max_per_tick {
-                self.dropped += 1;
+            *read += 1;
+            folds.fold(&r);
+            if kept.len() == MAX_EVENTS_PER_TICK {
+                *dropped += 1;
             } else {
-                out.push(r);
+                kept.push(r);
             }
         }
-        out
+    }
+}
+
+pub struct BurstEventCollector {
+    drained: Arc<Mutex<Drained>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn lock(m: &Mutex<Drained>) -> std::sync::MutexGuard<'_, Drained> {
+    // A panic in a drain leaves the records consistent (each is pushed whole).
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl BurstEventCollector {
+    /// Starts the drain thread. Without a thread (the system refused one) the ticks still
+    /// drain, and a ring too small for a tick loses events (counted).
+    pub fn new(ring: RingBuf<MapData>) -> Self {
+        let drained = Arc::new(Mutex::new(Drained {
+            ring,
+            kept: Vec::new(),
+            folds: Folds::default(),
+            read: 0,
+            dropped: 0,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (d, s) = (drained.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("probe-ring".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(DRAIN_EVERY);
+                    lock(&d).drain();
+                }
+            })
+            .map_err(|e| {
+                tracing::warn!("burst events: no drain thread ({e}); draining once a tick")
+            })
+            .ok();
+        Self {
+            drained,
+            stop,
+            thread,
+        }
     }
 
-    /// Events this collector dropped over the per-tick cap, since start.
+    /// Drains the ring once more and takes the records read since the last tick (at most
+    /// MAX_EVENTS_PER_TICK) and the per-peer folds of all of them.
+    pub fn take(&mut self) -> (Vec<BurstEnd>, Folds) {
+        let mut d = lock(&self.drained);
+        d.drain();
+        d.read = 0;
+        (std::mem::take(&mut d.kept), std::mem::take(&mut d.folds))
+    }
+
+    /// Events dropped over the per-tick cap, since start.
     pub fn dropped(&self) -> u64 {
-        self.dropped
+        lock(&self.drained).dropped
+    }
+}
+
+impl Drop for BurstEventCollector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -101,13 +101,7 @@ impl Collector {
         let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
         let sojourn = BpfHashMap::try_from(take(names::QDISC_SOJOURN)?)?;
         let errors = PerCpuArray::try_from(take(names::ERRORS)?)?;
-        let ring = take(names::BURST_EVENTS)?;
-        let ring_bytes = match &ring {
-            aya::maps::Map::RingBuf(d) => d.info().map(|i| i.max_entries()).ok(),
-            _ => None,
-        }
-        .unwrap_or(probe_ebpf::BURST_EVENTS_BYTES);
-        let ring = RingBuf::try_from(ring)?;
+        let ring = RingBuf::try_from(take(names::BURST_EVENTS)?)?;
         Ok(Self {
             series: series::SeriesCounters::new(
                 cpus,
@@ -117,7 +111,7 @@ impl Collector {
                 overflow_reader,
             ),
             bursts: bursts::BurstCollector::new(bursts, burst_reader),
-            burst_events: burst_events::BurstEventCollector::new(ring, ring_bytes),
+            burst_events: burst_events::BurstEventCollector::new(ring),
             drops: drops::DropCollector::new(drops, drop_names),
             sojourn: sojourn::SojournCollector::new(sojourn),
             errors,
@@ -193,8 +187,7 @@ impl Collector {
         let walk_conns = ft.scan_age == 0;
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
-        let bursts = &mut self.bursts;
-        let mut ended = self.burst_events.drain(|r| bursts.fold(r));
+        let (mut ended, folds) = self.burst_events.take();
         ended.extend(
             ft.removed
                 .iter()
@@ -210,7 +203,7 @@ impl Collector {
         snap.peers = self.tcp.tick();
         snap.slow_connections = self.conns.tick(walk_conns).to_vec();
         snap.conn_evictions = self.conns.evictions();
-        for (k, b) in self.bursts.tick() {
+        for (k, b) in self.bursts.tick(folds) {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
             };

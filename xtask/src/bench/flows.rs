@@ -59,6 +59,10 @@ pub struct Flows {
     pub model_entities: f64,
     pub flows_tracked: f64,
     pub flow_evictions: f64,
+    /// Bursts that ended over the window (`probe_bursts_total`), and burst events lost
+    /// (`probe_events_lost_total`: the ring was full, or a tick's cap was reached).
+    pub burst_ends: f64,
+    pub events_lost: f64,
     /// probe_tcp_connections summed over the bench's own peers, of peer="other" (peers
     /// folded because they moved no traffic or exceeded top_peers), and over all peers.
     pub tcp_connections: f64,
@@ -376,6 +380,9 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         model_entities: s1.sum("probe_model_scored_entities", &[]),
         flows_tracked: s1.sum("probe_flows_tracked", &[]),
         flow_evictions: s1.sum("probe_flow_evictions_total", &[]),
+        burst_ends: s1.sum("probe_bursts_total", &[]) - s0.sum("probe_bursts_total", &[]),
+        events_lost: s1.sum("probe_events_lost_total", &[])
+            - s0.sum("probe_events_lost_total", &[]),
         tcp_connections: tcp_ours,
         tcp_connections_other: s1.sum("probe_tcp_connections", &[("peer", "other")]),
         tcp_connections_all: s1.sum("probe_tcp_connections", &[]),

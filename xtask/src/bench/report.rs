@@ -509,6 +509,15 @@ fn render_flows(s: &mut String, f: &Flows) {
     );
     row("`probe_flow_evictions_total`", thousands(f.flow_evictions));
     row(
+        "bursts ended over the window (`probe_bursts_total`), and of them lost as events (`probe_events_lost_total`)",
+        format!(
+            "{} ({}/s), {} lost",
+            thousands(f.burst_ends),
+            thousands(f.burst_ends / f.window_seconds.max(1e-9)),
+            thousands(f.events_lost)
+        ),
+    );
+    row(
         "`probe_tcp_connections`, the bench's peers (expected: 2 per connection, both ends are on this host)",
         thousands(f.tcp_connections),
     );
@@ -713,6 +722,8 @@ mod tests {
             scrape_seconds: vec![0.010, 0.030, 0.020],
             series: 12_000,
             stage_seconds: vec![("collect".into(), 0.2), ("features".into(), 0.05)],
+            burst_ends: 600_000.0,
+            events_lost: 12.0,
             ..Default::default()
         };
         flows.bpf.insert("tc_ingress_eth".into(), (0.0012, 1e4));
@@ -798,6 +809,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 80.0 MiB | <= 32 MiB | FAIL |"), "{md}");
+        assert!(
+            md.contains("(`probe_events_lost_total`) | 600,000 (30,000/s), 12 lost |"),
+            "{md}"
+        );
         assert!(
             md.contains("| 20.0 ms (30.0 ms) | < 50 ms for 10,000 series | PASS |"),
             "{md}"
