@@ -236,6 +236,11 @@ fn coverage(c: &Class, start: f64, end: f64) -> f64 {
     hit.iter().filter(|h| **h).count() as f64 / n as f64
 }
 
+/// Whether period `p` is the period `t`, within a tenth of it.
+fn near(p: f64, t: f64) -> bool {
+    (p / t - 1.0).abs() <= 0.1
+}
+
 /// Whether period `p` is the job period `t` or a whole multiple of it, up to 8 (a class that
 /// also carries other traffic, or a short window, may lock on to a multiple), within a tenth
 /// of `t` (not of `p`: a short period must not collect every long one by a loose fit).
@@ -303,7 +308,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
                     .filter(|p| {
                         p.is_finite()
                             && if ratio_one {
-                                (**p / t - 1.0).abs() <= 0.1
+                                near(**p, t)
                             } else {
                                 matches(**p, t)
                             }
@@ -337,7 +342,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .iter()
             .flatten()
             .copied()
-            .filter(|p| p.is_finite() && (*p / t - 1.0).abs() <= 0.1)
+            .filter(|p| p.is_finite() && near(*p, t))
             .collect();
         median(&mut near).unwrap_or(t)
     });
@@ -528,7 +533,6 @@ fn shaped(occ: &[f64]) -> bool {
 /// that only other classes saw is left alone: a paced cross-traffic flow can divide the
 /// period by chance.
 fn fundamental(t: f64, windows: &[Vec<f64>]) -> f64 {
-    let near = |p: f64, q: f64| (p / q - 1.0).abs() <= 0.1;
     windows
         .iter()
         .filter(|ps| ps.iter().any(|p| near(*p, t)))

@@ -45,8 +45,7 @@ impl Bursts {
     /// that start after the first new one are taken out and merged back with the new ones
     /// in start order, one pass. (Inserting each late burst where it belongs, a scan and a
     /// shift of the ring each, was 10% of the daemon's CPU at 30,000 bursts a second.)
-    /// `scratch` holds the kept ones meanwhile: one for all peers (the engine's), not one
-    /// each, since a burst that started long ago takes most of a ring out.
+    /// `scratch` holds the kept ones meanwhile; the engine passes one for all its peers.
     pub fn extend(&mut self, bursts: &[Burst], scratch: &mut Vec<Burst>) {
         // A tick's events are in start order; anything else (a hand-made recording) is
         // sorted here first.

@@ -36,8 +36,6 @@ pub struct Engine {
     entities: Vec<FxHashMap<String, Entity>>,
     periods: PeriodFinder,
     scratch: Vec<f64>,
-    /// For `Bursts::extend`, shared by every peer.
-    burst_scratch: Vec<Burst>,
     /// Observations of entities beyond `max_entities`, not featurized (cumulative).
     pub untracked: u64,
 }
@@ -91,7 +89,6 @@ impl Engine {
                 .collect(),
             periods: PeriodFinder::default(),
             scratch: Vec::new(),
-            burst_scratch: Vec::new(),
             untracked: 0,
         }
     }
@@ -155,7 +152,8 @@ impl Engine {
         events: &[BurstEvent],
     ) -> Vec<FeatureRow> {
         let peer = kind_index(o::PEER).expect("peers are a kind");
-        let mut burst_scratch = std::mem::take(&mut self.burst_scratch);
+        // One for every peer of the tick: at most a ring of bursts (512 by default).
+        let mut burst_scratch = Vec::new();
         for (name, group) in by_peer(events) {
             if let Some(e) = self.entity(peer, name, now) {
                 e.last_seen = now;
@@ -164,7 +162,6 @@ impl Engine {
                 }
             }
         }
-        self.burst_scratch = burst_scratch;
         let mut tracked = Vec::with_capacity(obs.len());
         for r in obs {
             let Some(k) = kind_index(&r.entity_kind) else {
