@@ -405,8 +405,7 @@ pub struct ConnKey {
     pub _pad1: u16,
 }
 
-/// Per-connection TCP state from sock_ops callbacks, as of the connection's last refresh
-/// (see sockops.rs: not every round trip refreshes it).
+/// Per-connection TCP state from sock_ops callbacks.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnStats {
@@ -414,6 +413,8 @@ pub struct ConnStats {
     pub srtt_us: u32,
     /// The kernel's windowed minimum RTT (us).
     pub min_rtt_us: u32,
+    /// The last RTT sample (us).
+    pub last_rtt_us: u32,
     pub snd_cwnd: u32,
     pub packets_out: u32,
     pub retrans_out: u32,
@@ -421,7 +422,7 @@ pub struct ConnStats {
     pub total_retrans: u32,
     /// TCP state (TCP_ESTABLISHED = 1 ... TCP_CLOSE = 7).
     pub state: u32,
-    pub _pad: u32,
+    pub rtt_samples: u64,
     pub bytes_acked: u64,
     pub bytes_received: u64,
 }
@@ -450,7 +451,7 @@ const _: () = {
     assert!(core::mem::size_of::<PeerKey>() == 20);
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 6) + 2 * 16);
     assert!(core::mem::size_of::<ConnKey>() == 40);
-    assert!(core::mem::size_of::<ConnStats>() == 48);
+    assert!(core::mem::size_of::<ConnStats>() == 56);
     assert!(core::mem::size_of::<BurstKey>() == 24);
     assert!(core::mem::size_of::<SeriesStats>() == 32);
     assert!(core::mem::size_of::<SeriesSlot>() == 64);

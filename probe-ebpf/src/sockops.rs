@@ -1,6 +1,5 @@
 //! sock_ops on the cgroup v2 root: turns on RTT, retransmit and state callbacks for every
-//! TCP connection established after attach, and keeps per-peer state at every callback and
-//! per-connection state (CONNS) at opens, retransmits, state changes and some round trips.
+//! TCP connection established after attach, and keeps per-connection and per-peer state.
 use aya_ebpf::{
     bindings::{
         BPF_SK_STORAGE_GET_F_CREATE, BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB,
@@ -8,7 +7,7 @@ use aya_ebpf::{
         BPF_SOCK_OPS_RTT_CB, BPF_SOCK_OPS_RTT_CB_FLAG, BPF_SOCK_OPS_STATE_CB,
         BPF_SOCK_OPS_STATE_CB_FLAG,
     },
-    helpers::generated::{bpf_get_prandom_u32, bpf_sk_storage_get},
+    helpers::generated::bpf_sk_storage_get,
     macros::sock_ops,
     programs::SockOpsContext,
 };
@@ -36,86 +35,45 @@ fn ctx_u32(p: *const u32) -> u32 {
     unsafe { core::ptr::read_volatile(p) }
 }
 
-/// The peer: the remote address. All a round trip that does not refresh CONNS reads.
 #[inline(always)]
-fn peer_key(ctx: &SockOpsContext) -> Option<PeerKey> {
+fn keys(ctx: &SockOpsContext) -> Option<(ConnKey, PeerKey)> {
     let o = ctx.ops;
     let family = ctx.family();
+    let mut c: ConnKey = zeroed();
     let mut p: PeerKey = zeroed();
     // Addresses are in network byte order already; keep the bytes as they are.
     if family == AF_INET as u32 {
-        p.family = AF_INET;
-        p.addr[0] = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip4) });
+        c.family = AF_INET;
+        let l = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip4) });
+        let r = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip4) });
+        c.laddr[0] = l;
+        c.raddr[0] = r;
     } else if family == AF_INET6 as u32 {
-        p.family = AF_INET6;
-        p.addr = [
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[0]) }),
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[1]) }),
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[2]) }),
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[3]) }),
-        ];
-    } else {
-        return None;
-    }
-    Some(p)
-}
-
-/// The connection's CONNS key: the peer's end and the local one.
-#[inline(always)]
-fn conn_key(ctx: &SockOpsContext, p: &PeerKey) -> ConnKey {
-    let o = ctx.ops;
-    let mut c: ConnKey = zeroed();
-    c.family = p.family;
-    c.raddr = p.addr;
-    if p.family == AF_INET {
-        c.laddr[0] = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip4) });
-    } else {
-        c.laddr = [
+        c.family = AF_INET6;
+        let l = [
             ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[0]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[1]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[2]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[3]) }),
         ];
+        let r = [
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[0]) }),
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[1]) }),
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[2]) }),
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[3]) }),
+        ];
+        c.laddr = l;
+        c.raddr = r;
+    } else {
+        return None;
     }
     // local_port is host order; remote_port holds the network-order port in its upper half.
     c.lport = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_port) }) as u16;
     let rport = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_port) });
     c.rport = u16::from_be((rport >> 16) as u16);
-    c
-}
-
-/// This connection's CONNS entry, inserted if absent (an evicted one is back, evicting
-/// another).
-#[inline(always)]
-fn conn(ctx: &SockOpsContext, p: &PeerKey) -> Option<*mut ConnStats> {
-    let v = lookup_or_init(
-        &CONNS,
-        &conn_key(ctx, p),
-        ConnStats::default,
-        errors::CONNS_FULL,
-    );
-    if v.is_none() {
-        aya_log_ebpf::warn!(
-            ctx,
-            "CONNS map full: a connection is not tracked (raise maps.conns)"
-        );
-    }
-    v
-}
-
-/// One round trip in REFRESH_ONE_IN refreshes the connection's CONNS entry (a power of
-/// two). Reaching a cold entry among thousands was 60% of the RTT callback's cost when
-/// every round trip did it; user space reads the entries only every `flow_scan`.
-const REFRESH_ONE_IN: u32 = 8;
-
-/// Whether this round trip refreshes the connection's entry: at random one in
-/// REFRESH_ONE_IN, and always when it moves srtt by half or more (a sample 5x the smoothed
-/// RTT), so that a spike shows at once. A quarter fired at many of the bench's loopback
-/// round trips and cost ~30 ns a callback more. `old` and `new` are the smoothed RTT
-/// before and after the sample, scaled alike (the first sample, from 0, always refreshes).
-#[inline(always)]
-fn refresh_due(old: u32, new: u32) -> bool {
-    old.abs_diff(new) >= old / 2 || unsafe { bpf_get_prandom_u32() } & (REFRESH_ONE_IN - 1) == 0
+    p.family = c.family;
+    p.addr = c.raddr;
+    Some((c, p))
 }
 
 #[inline(always)]
@@ -127,7 +85,7 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                 | BPF_SOCK_OPS_RETRANS_CB_FLAG
                 | BPF_SOCK_OPS_STATE_CB_FLAG;
             let _ = ctx.set_cb_flags((ctx.cb_flags() | flags) as i32);
-            let p = peer_key(ctx)?;
+            let (c, p) = keys(ctx)?;
             // Counted once per socket, and only if its close can be matched to this count.
             if let Some(mark) = counted_mark(ctx, BPF_SK_STORAGE_GET_F_CREATE as u64) {
                 // SAFETY: live socket storage and per-CPU map value.
@@ -140,22 +98,29 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                     }
                 }
             }
-            refresh(ctx, conn(ctx, &p)?);
+            let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) else {
+                aya_log_ebpf::warn!(
+                    ctx,
+                    "CONNS map full: a connection is not tracked (raise maps.conns)"
+                );
+                return None;
+            };
+            refresh(ctx, v);
         }
         BPF_SOCK_OPS_RTT_CB => {
             // The kernel calls this once per round trip (when an ACK passes the sequence
             // that started the round), not per ACK. args[0] is that ACK's RTT sample, args[1]
             // the updated smoothed RTT (scaled by 8); the context still holds the old one.
-            let p = peer_key(ctx)?;
+            let (c, p) = keys(ctx)?;
             let mrtt = ctx.arg(0) as u64;
-            let srtt8 = ctx.arg(1);
-            let srtt = srtt8 >> 3;
-            let old8 = ctx_u32(unsafe { core::ptr::addr_of!((*ctx.ops).srtt_us) });
-            if refresh_due(old8, srtt8) {
-                if let Some(v) = conn(ctx, &p) {
-                    refresh(ctx, v);
-                    // SAFETY: live map value.
-                    unsafe { (*v).srtt_us = srtt };
+            let srtt = ctx.arg(1) >> 3;
+            if let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) {
+                refresh(ctx, v);
+                // SAFETY: live map value.
+                unsafe {
+                    (*v).srtt_us = srtt;
+                    (*v).last_rtt_us = mrtt as u32;
+                    (*v).rtt_samples += 1;
                 }
             }
             let min_rtt = ctx_u32(unsafe { core::ptr::addr_of!((*ctx.ops).rtt_min) });
@@ -181,22 +146,20 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             }
         }
         BPF_SOCK_OPS_RETRANS_CB => {
-            let p = peer_key(ctx)?;
+            let (c, p) = keys(ctx)?;
             // args[1] is the number of segments retransmitted, as TcpRetransSegs counts them.
             let segs = ctx.arg(1) as u64;
-            // Inserted again if evicted: the retransmit tracepoint then leaves this
-            // connection's next retransmits to the exact count here.
-            if let Some(v) = conn(ctx, &p) {
+            if let Some(v) = CONNS.get_ptr_mut(&c) {
                 refresh(ctx, v);
             }
             let t = peer(&p)?;
             unsafe { (*t).retrans_segs += segs };
         }
         BPF_SOCK_OPS_STATE_CB => {
-            let p = peer_key(ctx)?;
+            let (c, p) = keys(ctx)?;
             // args[1] is the new state. User space removes closed entries after reading them.
             let new_state = ctx.arg(1);
-            if let Some(v) = CONNS.get_ptr_mut(&conn_key(ctx, &p)) {
+            if let Some(v) = CONNS.get_ptr_mut(&c) {
                 refresh(ctx, v);
                 unsafe { (*v).state = new_state };
             }

@@ -8,8 +8,7 @@
 //!    not an eviction), and `probe_tcp_connections` of the pair's two addresses is the
 //!    sockets `ss` shows established in both namespaces.
 //! 2. Forty more open in four waves a second apart (86 sockets), each sending a few bytes
-//!    every 100 ms so that round trips keep inserting them (one in 8 refreshes its entry, see
-//!    sockops.rs; opens insert them too): probe counts evictions, and
+//!    every 100 ms so that RTT callbacks keep inserting them: probe counts evictions, and
 //!    `probe_tcp_connections` still equals `ss`'s count (sock_ops counts opens and closes per
 //!    peer, not map entries).
 use probe_tests::{cmd, kernel, traffic, Netns, Pair, Probe, ProbeOpts};

@@ -139,8 +139,7 @@ fn connection_and_flow_detail_match_the_kernel() {
         ss.rtt_ms
     );
     assert!(ss.bytes_acked > 5_000_000, "too little traffic: {ss:?}");
-    // sock_ops refreshes bytes_acked at one round trip in 8 on average (a round trip is ~the
-    // tbf queue, <= 100 ms here).
+    // sock_ops refreshes bytes_acked once per round trip (~the tbf queue, <= 100 ms here).
     assert!(
         rel_diff(acked, ss.bytes_acked as f64) <= 0.10,
         "bytes acked: probe {acked} vs ss {}",

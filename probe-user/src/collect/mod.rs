@@ -362,6 +362,7 @@ mod cost {
                         srtt_us: 50 + (t % 7) as u32,
                         min_rtt_us: 20,
                         state: 1,
+                        rtt_samples: t,
                         bytes_acked: 32 * t,
                         bytes_received: 32 * t,
                         ..ConnStats::default()
