@@ -104,6 +104,7 @@ pub mod names {
     pub const CONNS: &str = "CONNS";
     pub const PEER_TCP: &str = "PEER_TCP";
     pub const TCP_EPOCH: &str = "TCP_EPOCH";
+    pub const CONN_FLOOR: &str = "CONN_FLOOR";
     pub const SOCK_COUNTED: &str = "SOCK_COUNTED";
     pub const PEER_BURSTS: &str = "PEER_BURSTS";
     pub const SERIES: &str = "SERIES";
@@ -413,8 +414,6 @@ pub struct ConnStats {
     pub srtt_us: u32,
     /// The kernel's windowed minimum RTT (us).
     pub min_rtt_us: u32,
-    /// The last RTT sample (us).
-    pub last_rtt_us: u32,
     pub snd_cwnd: u32,
     pub packets_out: u32,
     pub retrans_out: u32,
@@ -422,7 +421,7 @@ pub struct ConnStats {
     pub total_retrans: u32,
     /// TCP state (TCP_ESTABLISHED = 1 ... TCP_CLOSE = 7).
     pub state: u32,
-    pub rtt_samples: u64,
+    pub _pad: u32,
     pub bytes_acked: u64,
     pub bytes_received: u64,
 }
@@ -451,7 +450,7 @@ const _: () = {
     assert!(core::mem::size_of::<PeerKey>() == 20);
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 6) + 2 * 16);
     assert!(core::mem::size_of::<ConnKey>() == 40);
-    assert!(core::mem::size_of::<ConnStats>() == 56);
+    assert!(core::mem::size_of::<ConnStats>() == 48);
     assert!(core::mem::size_of::<BurstKey>() == 24);
     assert!(core::mem::size_of::<SeriesStats>() == 32);
     assert!(core::mem::size_of::<SeriesSlot>() == 64);

@@ -42,6 +42,12 @@ pub static PEER_TCP: LruPerCpuHashMap<PeerKey, PeerTcp> =
 #[map(name = "TCP_EPOCH")]
 pub static TCP_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 
+/// The slow-connection floor (srtt, us; one u32), written by user space after each walk of
+/// CONNS: a connection has a CONNS entry, refreshed at every round trip, while its srtt is
+/// at or above it. Round trips below it do no per-connection work. 0 tracks every connection.
+#[map(name = "CONN_FLOOR")]
+pub static CONN_FLOOR: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Marks the sockets whose ESTABLISHED this probe counted in PeerTcp::opened, so that only
 /// they count as closed: sockets a previous probe enabled callbacks on close too.
 #[btf_map]

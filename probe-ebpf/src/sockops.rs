@@ -16,8 +16,8 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, PEER_TCP, SOCK_COUNTED, TCP_EPOCH,
-    ZERO_PEER,
+    bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, CONN_FLOOR, PEER_TCP,
+    SOCK_COUNTED, TCP_EPOCH, ZERO_PEER,
 };
 
 #[sock_ops]
@@ -35,45 +35,66 @@ fn ctx_u32(p: *const u32) -> u32 {
     unsafe { core::ptr::read_volatile(p) }
 }
 
+/// The peer's key: the family and the remote address, all a round trip below the
+/// slow-connection floor needs.
 #[inline(always)]
-fn keys(ctx: &SockOpsContext) -> Option<(ConnKey, PeerKey)> {
+fn peer_key(ctx: &SockOpsContext) -> Option<PeerKey> {
     let o = ctx.ops;
     let family = ctx.family();
-    let mut c: ConnKey = zeroed();
     let mut p: PeerKey = zeroed();
     // Addresses are in network byte order already; keep the bytes as they are.
     if family == AF_INET as u32 {
-        c.family = AF_INET;
-        let l = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip4) });
-        let r = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip4) });
-        c.laddr[0] = l;
-        c.raddr[0] = r;
+        p.family = AF_INET;
+        p.addr[0] = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip4) });
     } else if family == AF_INET6 as u32 {
-        c.family = AF_INET6;
-        let l = [
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[0]) }),
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[1]) }),
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[2]) }),
-            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[3]) }),
-        ];
-        let r = [
+        p.family = AF_INET6;
+        p.addr = [
             ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[0]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[1]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[2]) }),
             ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_ip6[3]) }),
         ];
-        c.laddr = l;
-        c.raddr = r;
     } else {
         return None;
+    }
+    Some(p)
+}
+
+/// The connection's key: the peer's, plus the local address and both ports.
+#[inline(always)]
+fn conn_key(ctx: &SockOpsContext, p: &PeerKey) -> ConnKey {
+    let o = ctx.ops;
+    let mut c: ConnKey = zeroed();
+    c.family = p.family;
+    c.raddr = p.addr;
+    if p.family == AF_INET {
+        c.laddr[0] = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip4) });
+    } else {
+        c.laddr = [
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[0]) }),
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[1]) }),
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[2]) }),
+            ctx_u32(unsafe { core::ptr::addr_of!((*o).local_ip6[3]) }),
+        ];
     }
     // local_port is host order; remote_port holds the network-order port in its upper half.
     c.lport = ctx_u32(unsafe { core::ptr::addr_of!((*o).local_port) }) as u16;
     let rport = ctx_u32(unsafe { core::ptr::addr_of!((*o).remote_port) });
     c.rport = u16::from_be((rport >> 16) as u16);
-    p.family = c.family;
-    p.addr = c.raddr;
-    Some((c, p))
+    c
+}
+
+#[inline(always)]
+fn keys(ctx: &SockOpsContext) -> Option<(ConnKey, PeerKey)> {
+    let p = peer_key(ctx)?;
+    Some((conn_key(ctx, &p), p))
+}
+
+/// The socket's smoothed RTT (us) as the context holds it (before a round trip's sample).
+#[inline(always)]
+fn ctx_srtt(ctx: &SockOpsContext) -> u32 {
+    // The kernel keeps srtt scaled by 8.
+    ctx_u32(unsafe { core::ptr::addr_of!((*ctx.ops).srtt_us) }) >> 3
 }
 
 #[inline(always)]
@@ -98,6 +119,9 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
                     }
                 }
             }
+            if ctx_srtt(ctx) < floor() {
+                return Some(());
+            }
             let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) else {
                 aya_log_ebpf::warn!(
                     ctx,
@@ -111,16 +135,19 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
             // The kernel calls this once per round trip (when an ACK passes the sequence
             // that started the round), not per ACK. args[0] is that ACK's RTT sample, args[1]
             // the updated smoothed RTT (scaled by 8); the context still holds the old one.
-            let (c, p) = keys(ctx)?;
+            let p = peer_key(ctx)?;
             let mrtt = ctx.arg(0) as u64;
             let srtt = ctx.arg(1) >> 3;
-            if let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL) {
-                refresh(ctx, v);
-                // SAFETY: live map value.
-                unsafe {
-                    (*v).srtt_us = srtt;
-                    (*v).last_rtt_us = mrtt as u32;
-                    (*v).rtt_samples += 1;
+            // Per-connection state only at or above the floor, and on the way down through
+            // it, so that an entry below it is never fresher-looking than it is: user space
+            // deletes those at its next walk.
+            if srtt.max(ctx_srtt(ctx)) >= floor() {
+                let c = conn_key(ctx, &p);
+                if let Some(v) = lookup_or_init(&CONNS, &c, ConnStats::default, errors::CONNS_FULL)
+                {
+                    refresh(ctx, v);
+                    // SAFETY: live map value.
+                    unsafe { (*v).srtt_us = srtt };
                 }
             }
             let min_rtt = ctx_u32(unsafe { core::ptr::addr_of!((*ctx.ops).rtt_min) });
@@ -188,6 +215,12 @@ fn peer(p: &PeerKey) -> Option<*mut PeerTcp> {
     lookup_or_copy(&PEER_TCP, p, &ZERO_PEER, errors::PEERS_FULL)
 }
 
+/// The slow-connection floor user space last wrote (0 before its first walk).
+#[inline(always)]
+fn floor() -> u32 {
+    CONN_FLOOR.get(0).copied().unwrap_or(0)
+}
+
 /// The tick epoch user space last wrote (0 before its first tick).
 #[inline(always)]
 fn epoch() -> u32 {
@@ -218,8 +251,7 @@ fn refresh(ctx: &SockOpsContext, v: *mut ConnStats) {
         use core::ptr::{addr_of, read_volatile};
         let o = ctx.ops;
         let s = &mut *v;
-        // The kernel keeps srtt scaled by 8.
-        s.srtt_us = ctx_u32(addr_of!((*o).srtt_us)) >> 3;
+        s.srtt_us = ctx_srtt(ctx);
         s.min_rtt_us = ctx_u32(addr_of!((*o).rtt_min));
         s.snd_cwnd = ctx_u32(addr_of!((*o).snd_cwnd));
         s.packets_out = ctx_u32(addr_of!((*o).packets_out));

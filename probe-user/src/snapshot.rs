@@ -49,6 +49,10 @@ pub struct Snapshot {
     pub top_flows: Vec<FlowDetail>,
     /// Open TCP connections with the largest smoothed RTT.
     pub slow_connections: Vec<ConnDetail>,
+    /// The srtt below which sock_ops keeps no per-connection state, set by the walk of the
+    /// connection map: 3/4 of the srtt of the last of a full `slow_connections`, 0 (every
+    /// connection) otherwise.
+    pub slow_connections_floor_seconds: f64,
     /// Bursts that ended since the previous tick, one event each, in start order.
     pub burst_events: Vec<crate::observe::BurstEvent>,
     /// Burst events the kernel could not hand over (ring buffer full), cumulative.

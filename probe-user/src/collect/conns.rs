@@ -3,7 +3,18 @@
 //! the full map, and closed entries to delete. Per-peer figures do not come from here:
 //! sock_ops keeps them per peer (PEER_TCP, read each tick by tcp.rs), so a tick does not
 //! read every connection.
-use aya::maps::{HashMap, MapData};
+//!
+//! Only the slow tail needs per-connection state, so sock_ops keeps it only there: each
+//! walk sets a floor (CONN_FLOOR, 3/4 of the srtt of the walk's connection ranked
+//! TOP_CONNECTIONS) and a round trip below it does no per-connection work. So an entry at
+//! or above the floor is as of its connection's last round trip. One below it is not: its
+//! connection stopped refreshing it on the way down through the floor, and has stayed below
+//! since. The walk neither reports nor keeps those; a connection that rises to the floor is
+//! back at its next round trip. When fewer than TOP_CONNECTIONS entries are at or above the
+//! floor (the slow tail got faster by more than a quarter between two walks, or the host has
+//! few connections), the list is short for that walk and the next floor is 0: every
+//! connection is tracked until the next walk.
+use aya::maps::{Array, HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, TCP_CLOSE};
 use rustc_hash::FxHashSet;
 
@@ -16,9 +27,12 @@ const TOP_CONNECTIONS: usize = 32;
 pub struct ConnWalk {
     conns: HashMap<MapData, ConnKey, ConnStats>,
     reader: MapReader<ConnKey, ConnStats>,
-    /// The open connections of the last walk, by `conn_id` (8 bytes each instead of a
-    /// 40-byte key: 20,000 sockets are ~0.3 MiB, not ~1.3), and the set the next walk fills
-    /// (kept to reuse its table).
+    floor_map: Array<MapData, u32>,
+    /// The floor (srtt, us) sock_ops has been using since the last walk.
+    floor: u32,
+    /// The open connections the last walk kept (at or above the floor), by `conn_id` (8
+    /// bytes each instead of a 40-byte key: 20,000 sockets are ~0.3 MiB, not ~1.3), and the
+    /// set the next walk fills (kept to reuse its table).
     open: FxHashSet<u64>,
     next: FxHashSet<u64>,
     /// The last walk's slowest connections, reported until the next.
@@ -31,10 +45,13 @@ impl ConnWalk {
     pub fn new(
         conns: HashMap<MapData, ConnKey, ConnStats>,
         reader: MapReader<ConnKey, ConnStats>,
+        floor_map: Array<MapData, u32>,
     ) -> Self {
         Self {
             conns,
             reader,
+            floor_map,
+            floor: 0,
             open: FxHashSet::default(),
             next: FxHashSet::default(),
             slow: Vec::new(),
@@ -43,9 +60,15 @@ impl ConnWalk {
     }
 
     /// Open connections the full map evicted since start (seen as an open connection that
-    /// vanished from the map between two walks without closing).
+    /// vanished from the map between two walks without closing; the walk's own deletions
+    /// of entries below the floor are not evictions).
     pub fn evictions(&self) -> u64 {
         self.evictions
+    }
+
+    /// The floor the last walk set (srtt, us): sock_ops keeps the connections at or above it.
+    pub fn floor_us(&self) -> u32 {
+        self.floor
     }
 
     /// The open connections with the largest srtt, as of the last walk: this tick's if
@@ -60,42 +83,74 @@ impl ConnWalk {
     fn scan(&mut self) {
         let mut slow = TopN::new(TOP_CONNECTIONS);
         let mut closed = Vec::new();
-        let open = &mut self.next;
-        open.clear();
+        let mut stale = Vec::new();
+        let floor = self.floor;
+        let (last, kept) = (&mut self.open, &mut self.next);
+        kept.clear();
         let conns = &self.conns;
         self.reader.for_each(
             || conns.iter().filter_map(Result::ok).collect(),
             |k, c| {
+                let id = conn_id(k);
+                last.remove(&id);
                 if c.state == TCP_CLOSE {
                     closed.push(*k);
                     return;
                 }
-                open.insert(conn_id(k));
+                if c.srtt_us < floor {
+                    stale.push(*k);
+                    return;
+                }
+                kept.insert(id);
                 if c.srtt_us > 0 {
                     slow.push(c.srtt_us.into(), (*k, *c));
                 }
             },
         );
-        // An open connection of the last walk gone now without having been read closed was
-        // evicted by the full LRU map (its next RTT callback inserts it again, evicting
+        // A connection the last walk kept and this one did not see at all was evicted by the
+        // full LRU map (its next round trip at or above the floor inserts it again, evicting
         // another). Evictions between two reads of a connection are not seen: a lower bound.
-        let closed_now: FxHashSet<u64> = closed.iter().map(conn_id).collect();
-        self.evictions += self
-            .open
-            .iter()
-            .filter(|k| !self.next.contains(*k) && !closed_now.contains(*k))
-            .count() as u64;
+        self.evictions += last.len() as u64;
         std::mem::swap(&mut self.open, &mut self.next);
-        // Closed connections were read one last time above; free their slots.
-        for k in closed {
-            let _ = self.conns.remove(&k);
+        // Closed connections were read one last time above, and entries below the floor are
+        // stale: free their slots.
+        for k in closed.iter().chain(&stale) {
+            let _ = self.conns.remove(k);
         }
+        let slow = slow.into_sorted();
+        self.set_floor(next_floor(&slow));
         self.slow = slow
-            .into_sorted()
             .into_iter()
             .filter_map(|(_, (k, c))| detail(&k, &c))
             .collect();
     }
+
+    fn set_floor(&mut self, floor: u32) {
+        if floor == self.floor {
+            return;
+        }
+        match self.floor_map.set(0, floor, 0) {
+            Ok(()) => self.floor = floor,
+            // sock_ops keeps the old floor: the next walk deletes by the floor it used.
+            Err(e) => tracing::warn!("cannot set CONN_FLOOR: {e}"),
+        }
+    }
+}
+
+/// The floor for the next walk: 3/4 of the srtt of the last of the slowest connections, so
+/// that the next walk finds a full list unless the slow tail's srtt falls by more than a
+/// quarter meanwhile; 0 (every connection) while there are fewer than TOP_CONNECTIONS at or
+/// above the floor. The fraction trades the connections tracked against how often a list
+/// comes up short. With 10,000 connections of similar RTT (the bench), half the srtt keeps
+/// ~8,000 of 20,000 sockets, 3/4 of it ~3,600 and 7/8 ~600; in tests/slow_connections.rs,
+/// where srtt is a delayed ACK's ~2 ms and moves by 20% between walks, 7/8 came up short
+/// at about one walk in four.
+fn next_floor(slow: &[(u64, (ConnKey, ConnStats))]) -> u32 {
+    if slow.len() < TOP_CONNECTIONS {
+        return 0;
+    }
+    slow.last()
+        .map_or(0, |(_, (_, c))| c.srtt_us - c.srtt_us / 4)
 }
 
 /// A connection's identity between walks: a 64-bit SipHash of its key (two of 20,000
@@ -122,4 +177,34 @@ fn detail(k: &ConnKey, c: &ConnStats) -> Option<ConnDetail> {
         bytes_received: c.bytes_received,
         state: c.state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slowest(srtts: &[u32]) -> Vec<(u64, (ConnKey, ConnStats))> {
+        srtts
+            .iter()
+            .map(|&s| {
+                let c = ConnStats {
+                    srtt_us: s,
+                    ..ConnStats::default()
+                };
+                (s.into(), (ConnKey::default(), c))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_floor_is_three_quarters_of_the_last_of_a_full_list_else_zero() {
+        let full: Vec<u32> = (0..TOP_CONNECTIONS as u32)
+            .map(|i| 9_000 - i * 100)
+            .collect();
+        // The last is 9,000 - 31 * 100 = 5,900 us; 3/4 of it, rounded up, is 4,425.
+        assert_eq!(next_floor(&slowest(&full)), 4_425);
+        assert_eq!(next_floor(&slowest(&[5; TOP_CONNECTIONS])), 4);
+        assert_eq!(next_floor(&slowest(&full[1..])), 0);
+        assert_eq!(next_floor(&[]), 0);
+    }
 }

@@ -95,6 +95,7 @@ impl Collector {
         let peer_reader = batch::MapReader::new(batch::dup_fd(&peers));
         let peers = PerCpuHashMap::try_from(peers)?;
         let tcp_epoch = aya::maps::Array::try_from(take(names::TCP_EPOCH)?)?;
+        let conn_floor = aya::maps::Array::try_from(take(names::CONN_FLOOR)?)?;
         let bursts = take(names::PEER_BURSTS)?;
         let burst_reader = batch::MapReader::new(batch::dup_fd(&bursts));
         let bursts = BpfHashMap::try_from(bursts)?;
@@ -123,7 +124,7 @@ impl Collector {
                 flow_scan_ticks,
             ),
             tcp: tcp::TcpCollector::new(cpus, peers, peer_reader, tcp_epoch)?,
-            conns: conns::ConnWalk::new(conns, conn_reader),
+            conns: conns::ConnWalk::new(conns, conn_reader, conn_floor),
         })
     }
 
@@ -203,6 +204,7 @@ impl Collector {
         snap.peers = self.tcp.tick();
         snap.slow_connections = self.conns.tick(walk_conns).to_vec();
         snap.conn_evictions = self.conns.evictions();
+        snap.slow_connections_floor_seconds = self.conns.floor_us() as f64 * 1e-6;
         for (k, b) in self.bursts.tick(folds) {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
@@ -362,7 +364,6 @@ mod cost {
                         srtt_us: 50 + (t % 7) as u32,
                         min_rtt_us: 20,
                         state: 1,
-                        rtt_samples: t,
                         bytes_acked: 32 * t,
                         bytes_received: 32 * t,
                         ..ConnStats::default()
