@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         .filter_map(burst_events::parse)
         .collect();
     let ifnames = HashMap::from([(1, "eth0".to_owned()), (2, "ib0".to_owned())]);
-    let events = burst_events::events(&records, 0, &ifnames);
+    let events = burst_events::events(&records, 0, &ifnames).to_events();
     assert!(events
         .windows(2)
         .all(|w| w[0].start_unix <= w[1].start_unix));

@@ -54,7 +54,7 @@ pub struct Snapshot {
     /// connection) otherwise.
     pub slow_connections_floor_seconds: f64,
     /// Bursts that ended since the previous tick, one event each, in start order.
-    pub burst_events: Vec<crate::observe::BurstEvent>,
+    pub burst_events: crate::observe::TickBursts,
     /// Burst events the kernel could not hand over (ring buffer full), cumulative.
     pub events_lost: u64,
     /// This tick's observations of every entity, before the top-K fold.

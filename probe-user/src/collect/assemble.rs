@@ -88,9 +88,7 @@ impl Sources {
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
         snap.tick_seconds = cfg.tick.as_secs_f64();
-        for e in &mut snap.burst_events {
-            e.tick_unix = snap.time_unix;
-        }
+        snap.burst_events.tick_unix = snap.time_unix;
         snap.removed_interfaces = removed;
         let mut ifaces: Vec<String> = ifnames.values().cloned().collect();
         ifaces.sort();

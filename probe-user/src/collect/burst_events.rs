@@ -37,7 +37,7 @@ use rustc_hash::FxHashMap;
 
 use super::{bursts::Folds, direction_label};
 use crate::{
-    observe::BurstEvent,
+    observe::{BurstLabel, TickBurst, TickBursts},
     snapshot::{ip_from_abi, peer_label},
 };
 
@@ -205,44 +205,20 @@ pub fn realtime_offset_ns() -> i64 {
     r - (m0 + (m1 - m0) / 2)
 }
 
-/// The snapshot's form of a record, with its interface and peer already named.
-pub fn to_event(
-    r: &BurstEnd,
-    offset_ns: i64,
-    iface: &Arc<str>,
-    direction: &Arc<str>,
-    peer: &Arc<str>,
-) -> BurstEvent {
-    BurstEvent {
-        iface: iface.clone(),
-        direction: direction.clone(),
-        peer: peer.clone(),
-        // Saturating, not `as i64`: a time past i64::MAX (only ever garbage) would wrap
-        // negative and break the start order `events` sorts by.
-        start_unix: i64::try_from(r.start_ns)
-            .unwrap_or(i64::MAX)
-            .saturating_add(offset_ns) as f64
-            * 1e-9,
-        duration_s: r.duration_ns as f64 * 1e-9,
-        bytes: r.bytes,
-        packets: r.packets,
-        // Set by the collect stage once the tick's time is known.
-        tick_unix: 0.0,
-    }
+/// A record's start as wall-clock seconds. Saturating, not `as i64`: a time past i64::MAX
+/// (only ever garbage) would wrap negative and break the start order `events` sorts by.
+fn start_unix(r: &BurstEnd, offset_ns: i64) -> f64 {
+    i64::try_from(r.start_ns)
+        .unwrap_or(i64::MAX)
+        .saturating_add(offset_ns) as f64
+        * 1e-9
 }
 
-/// Named events of `records`, in start order (ties by interface index, direction, address).
-/// Records of interfaces not in `ifnames`
-/// (detached this tick) or of an unknown address family are left out. Each label is made
-/// once per tick and shared by its events: a busy tick has many bursts of few peers.
-pub fn events(
-    records: &[BurstEnd],
-    offset_ns: i64,
-    ifnames: &HashMap<u32, String>,
-) -> Vec<BurstEvent> {
-    let mut peers: FxHashMap<(u8, Addr), Option<Arc<str>>> = FxHashMap::default();
-    let mut ifaces: FxHashMap<u32, Option<Arc<str>>> = FxHashMap::default();
-    let directions: [Arc<str>; 2] = [DIR_INGRESS, DIR_EGRESS].map(|d| direction_label(d).into());
+/// The tick's events of `records`, in start order (ties by interface index, direction,
+/// address), each (interface, direction, peer) named once. Records of interfaces not in
+/// `ifnames` (detached this tick) or of an unknown address family are left out. The tick's
+/// time is set by the collect stage once it is known.
+pub fn events(records: &[BurstEnd], offset_ns: i64, ifnames: &HashMap<u32, String>) -> TickBursts {
     // Sorted as (start, index) pairs, 16 bytes each, not as records or events: a tick's
     // 30,000 records are ~2 MB, and comparing through references to them was a cache miss
     // per comparison. Equal starts (rare) fall back to the rest of the key; records equal in
@@ -257,23 +233,47 @@ pub fn events(
         a.0.cmp(&b.0)
             .then_with(|| tie(&records[a.1 as usize]).cmp(&tie(&records[b.1 as usize])))
     });
-    let mut out = Vec::with_capacity(records.len());
+    let directions: [Arc<str>; 2] = [DIR_INGRESS, DIR_EGRESS].map(|d| direction_label(d).into());
+    let mut ifaces: FxHashMap<u32, Option<Arc<str>>> = FxHashMap::default();
+    let mut peers: FxHashMap<(u8, Addr), Option<Arc<str>>> = FxHashMap::default();
+    // Each label's index, or None if it cannot be named: one lookup per record.
+    let mut index: FxHashMap<(u32, u8, u8, Addr), Option<u32>> = FxHashMap::default();
+    let mut labels = Vec::new();
+    let mut events = Vec::with_capacity(records.len());
     for r in order.iter().map(|&(_, i)| &records[i as usize]) {
-        let iface = ifaces
-            .entry(r.ifindex)
-            .or_insert_with(|| ifnames.get(&r.ifindex).map(|n| n.as_str().into()));
-        let Some(iface) = iface else {
+        let label = *index.entry(tie(r)).or_insert_with(|| {
+            let iface = ifaces
+                .entry(r.ifindex)
+                .or_insert_with(|| ifnames.get(&r.ifindex).map(|n| n.as_str().into()))
+                .clone()?;
+            let peer = peers
+                .entry((r.family, r.addr))
+                .or_insert_with(|| ip_from_abi(r.family, &r.addr).map(|ip| peer_label(ip).into()))
+                .clone()?;
+            let direction = directions[usize::from(r.direction == DIR_EGRESS)].clone();
+            labels.push(BurstLabel {
+                iface,
+                direction,
+                peer,
+            });
+            Some(labels.len() as u32 - 1)
+        });
+        let Some(label) = label else {
             continue;
         };
-        let peer = peers
-            .entry((r.family, r.addr))
-            .or_insert_with(|| ip_from_abi(r.family, &r.addr).map(|ip| peer_label(ip).into()));
-        let direction = &directions[usize::from(r.direction == DIR_EGRESS)];
-        if let Some(peer) = peer {
-            out.push(to_event(r, offset_ns, iface, direction, peer));
-        }
+        events.push(TickBurst {
+            label,
+            start_unix: start_unix(r, offset_ns),
+            duration_s: r.duration_ns as f64 * 1e-9,
+            bytes: r.bytes,
+            packets: r.packets,
+        });
     }
-    out
+    TickBursts {
+        labels,
+        events,
+        tick_unix: 0.0,
+    }
 }
 
 #[cfg(test)]
@@ -323,7 +323,7 @@ mod tests {
             record(1 << 63, 3, [10, 0, 0, 2]),
         ];
         for offset in [0, -5_000_000_000, 1_700_000_000_000_000_000] {
-            let ev = events(&recs, offset, &ifnames);
+            let ev = events(&recs, offset, &ifnames).to_events();
             assert_eq!(ev.len(), 2);
             assert!(ev[0].start_unix <= ev[1].start_unix, "{offset}: {ev:?}");
         }
@@ -339,7 +339,7 @@ mod tests {
             // An interface that is not monitored: left out.
             record(5_500_000_000, 9, [10, 0, 0, 2]),
         ];
-        let ev = events(&recs, offset, &ifnames);
+        let ev = events(&recs, offset, &ifnames).to_events();
         assert_eq!(ev.len(), 2);
         assert_eq!(&*ev[0].peer, "10.0.0.3");
         assert_eq!(ev[0].start_unix, 1_700_000_000.0);
@@ -361,7 +361,7 @@ mod tests {
             u32::from_ne_bytes([10, 0, 0, 2]),
         ];
         let ifnames = HashMap::from([(3, "eth0".to_owned())]);
-        assert_eq!(&*events(&[r], 0, &ifnames)[0].peer, "10.0.0.2");
+        assert_eq!(&*events(&[r], 0, &ifnames).to_events()[0].peer, "10.0.0.2");
         r.family = 0;
         assert!(events(&[r], 0, &ifnames).is_empty(), "unknown family");
     }

@@ -15,7 +15,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     features::{schema, Engine, FeatureConfig, FeatureRow},
-    observe::{BurstEvent, Observation, ENTITY_KINDS},
+    observe::{BurstEvent, Observation, TickBursts, ENTITY_KINDS},
     record::{
         columns::{Cell, ColumnDef, Table, Type},
         events_path, reader,
@@ -155,7 +155,8 @@ pub fn replay(obs: &[Observation], events: &[BurstEvent], cfg: FeatureConfig) ->
             .iter()
             .take_while(|ev| ev.tick_unix == t)
             .count();
-        out.extend(engine.tick(t, &obs[i..j], &events[e..f]));
+        let bursts = TickBursts::from_events(&events[e..f]);
+        out.extend(engine.tick(t, &obs[i..j], &bursts));
         (i, e) = (j, f);
     }
     out

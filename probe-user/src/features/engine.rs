@@ -15,7 +15,7 @@ use super::{
     window::{signal_features, Ewma, Ring},
     FeatureRow,
 };
-use crate::observe::{self as o, BurstEvent, Observation};
+use crate::observe::{self as o, Observation, TickBursts};
 
 struct Entity {
     ring: Ring,
@@ -45,26 +45,27 @@ fn kind_index(kind: &str) -> Option<usize> {
     o::ENTITY_KINDS.iter().position(|k| *k == kind)
 }
 
-/// The bursts of `events` grouped by peer, peers in the order they first appear and each
+/// The bursts of a tick grouped by peer, peers in the order they first appear and each
 /// peer's bursts in theirs: a peer's burst state sees exactly the sequence it would see one
 /// event at a time, with one entity lookup per peer instead of per event (30,000 events a
-/// tick at the bench's 10,000 connections, 64 peers). The events are read once, in order,
-/// into compact per-peer bursts: indexing the events peer by peer instead was a cache miss
-/// per event (a tick's events are megabytes). Live, a peer's events share one label
-/// (collect names each peer once a tick), so most are grouped by the label's address;
-/// equal names in separate labels (a replay's) meet in the name lookup.
-fn by_peer(events: &[BurstEvent]) -> Vec<(&str, Vec<Burst>)> {
+/// tick at the bench's 10,000 connections, 64 peers). Events point at their labels, so the
+/// peer of each label is looked up once (labels are in the order of their first event, so
+/// peers are too), and the events are read once, in order, into per-peer bursts.
+fn by_peer(bursts: &TickBursts) -> Vec<(&str, Vec<Burst>)> {
     let mut groups: Vec<(&str, Vec<Burst>)> = Vec::new();
-    let mut by_label: FxHashMap<*const u8, usize> = FxHashMap::default();
     let mut by_name: FxHashMap<&str, usize> = FxHashMap::default();
-    for ev in events {
-        let g = *by_label.entry(ev.peer.as_ptr()).or_insert_with(|| {
-            *by_name.entry(&ev.peer).or_insert_with(|| {
-                groups.push((&ev.peer, Vec::new()));
+    let group_of: Vec<usize> = bursts
+        .labels
+        .iter()
+        .map(|l| {
+            *by_name.entry(&l.peer).or_insert_with(|| {
+                groups.push((&l.peer, Vec::new()));
                 groups.len() - 1
             })
-        });
-        groups[g].1.push(Burst {
+        })
+        .collect();
+    for ev in &bursts.events {
+        groups[group_of[ev.label as usize]].1.push(Burst {
             start: ev.start_unix,
             end: ev.start_unix + ev.duration_s,
             bytes: ev.bytes as f64,
@@ -116,7 +117,7 @@ impl Engine {
             entity: "x".into(),
             ..Default::default()
         };
-        e.tick(1.0, &[n], &[]);
+        e.tick(1.0, &[n], &TickBursts::default());
         e.state_bytes()
     }
 
@@ -145,16 +146,11 @@ impl Engine {
 
     /// One tick: folds in its burst events and observations (all of time `now`) and
     /// returns the features of every observed entity, in observation order.
-    pub fn tick(
-        &mut self,
-        now: f64,
-        obs: &[Observation],
-        events: &[BurstEvent],
-    ) -> Vec<FeatureRow> {
+    pub fn tick(&mut self, now: f64, obs: &[Observation], bursts: &TickBursts) -> Vec<FeatureRow> {
         let peer = kind_index(o::PEER).expect("peers are a kind");
         // One for every peer of the tick: at most a ring of bursts (512 by default).
         let mut burst_scratch = Vec::new();
-        for (name, group) in by_peer(events) {
+        for (name, group) in by_peer(bursts) {
             if let Some(e) = self.entity(peer, name, now) {
                 e.last_seen = now;
                 if let Some(b) = &mut e.bursts {
@@ -293,6 +289,7 @@ impl Cross {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::BurstEvent;
 
     #[test]
     fn events_group_by_peer_in_order_across_labels() {
@@ -309,11 +306,17 @@ mod tests {
         let events = [
             ev(0, b.clone()),
             ev(1, a.clone()),
-            ev(2, "b".into()),
+            // Another interface: another label, the same peer.
+            BurstEvent {
+                iface: "eth1".into(),
+                ..ev(2, "b".into())
+            },
             ev(3, b.clone()),
             ev(4, a),
             ev(5, "c".into()),
         ];
+        let events = TickBursts::from_events(&events);
+        assert_eq!(events.labels.len(), 4);
         let got: Vec<(&str, Vec<usize>)> = by_peer(&events)
             .into_iter()
             .map(|(p, bursts)| (p, bursts.iter().map(|b| b.start as usize).collect()))

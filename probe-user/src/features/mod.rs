@@ -110,7 +110,7 @@ impl pipeline::Stage for Features {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::{BurstEvent, Observation, HOST, PEER};
+    use crate::observe::{BurstEvent, Observation, TickBursts, HOST, PEER};
 
     fn obs(t: f64, peer: &str, rtt: f64, tx: f64) -> Observation {
         Observation {
@@ -163,7 +163,7 @@ mod tests {
                 qdisc_backlog_bytes: Some(1000),
                 ..Observation::default()
             });
-            let f = engine.tick(now, &rows, &events);
+            let f = engine.tick(now, &rows, &TickBursts::from_events(&events));
             each(i, &f);
         }
     }
@@ -198,8 +198,8 @@ mod tests {
                 .map(|p| obs(now, p, 0.002, 1e8))
                 .collect();
             let (x, y) = (
-                shared.tick(now, &rows, &live),
-                separate.tick(now, &rows, &replay),
+                shared.tick(now, &rows, &TickBursts::from_events(&live)),
+                separate.tick(now, &rows, &TickBursts::from_events(&replay)),
             );
             let bits = |r: &FeatureRow| r.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(x.len(), 3);
@@ -257,11 +257,19 @@ mod tests {
     #[test]
     fn an_entity_gone_for_longer_than_the_longest_window_is_forgotten() {
         let mut e = Engine::new(FeatureConfig::default());
-        e.tick(1.0, &[obs(1.0, "x", 0.001, 1.0)], &[]);
+        e.tick(1.0, &[obs(1.0, "x", 0.001, 1.0)], &TickBursts::default());
         assert_eq!(e.entities(), 1);
-        e.tick(100.0, &[obs(100.0, "y", 0.001, 1.0)], &[]);
+        e.tick(
+            100.0,
+            &[obs(100.0, "y", 0.001, 1.0)],
+            &TickBursts::default(),
+        );
         assert_eq!(e.entities(), 2);
-        e.tick(200.0, &[obs(200.0, "y", 0.001, 1.0)], &[]);
+        e.tick(
+            200.0,
+            &[obs(200.0, "y", 0.001, 1.0)],
+            &TickBursts::default(),
+        );
         assert_eq!(e.entities(), 1);
     }
 
@@ -275,7 +283,7 @@ mod tests {
             .iter()
             .map(|p| obs(1.0, p, 0.001, 1.0))
             .collect();
-        let f = e.tick(1.0, &rows, &[]);
+        let f = e.tick(1.0, &rows, &TickBursts::default());
         assert_eq!(f.len(), 2);
         assert_eq!(e.untracked, 1);
     }
@@ -287,7 +295,7 @@ mod tests {
 #[cfg(test)]
 mod cost {
     use super::*;
-    use crate::observe::{BurstEvent, Observation, HOST, INTERFACE, PEER};
+    use crate::observe::{BurstEvent, Observation, TickBursts, HOST, INTERFACE, PEER};
     use std::sync::Arc;
 
     #[test]
@@ -346,7 +354,7 @@ mod cost {
                 })
                 .collect();
             let t0 = std::time::Instant::now();
-            let f = e.tick(now, &obs, &events);
+            let f = e.tick(now, &obs, &TickBursts::from_events(&events));
             spent += t0.elapsed();
             rows += f.len();
         }

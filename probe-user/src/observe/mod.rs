@@ -3,12 +3,14 @@
 //! the daemon derives them from consecutive snapshots, `probe record` stores exactly these
 //! rows, and `probe features` reads them back.
 mod derive;
+mod tick_bursts;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 pub use derive::derive;
+pub use tick_bursts::{BurstLabel, TickBurst, TickBursts};
 
 use crate::{pipeline, snapshot::Snapshot};
 

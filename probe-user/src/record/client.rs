@@ -65,7 +65,7 @@ mod tests {
             time_unix: 1_700_000_000.5,
             tick_seconds: 1.0,
             observations: vec![obs.clone()],
-            burst_events: vec![ev.clone()],
+            burst_events: crate::observe::TickBursts::from_events(std::slice::from_ref(&ev)),
             ..d::Snapshot::default()
         };
         let json = serde_json::to_vec(&snap).unwrap();
