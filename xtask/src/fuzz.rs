@@ -13,6 +13,10 @@ pub struct FuzzArgs {
     /// Seconds per target (docs/operations.md gives the figures of a 600 s run).
     #[arg(long, default_value_t = 60)]
     pub seconds: u64,
+    /// Build without optimisation (`cargo fuzz --dev`): a third of the build time from
+    /// scratch, fewer runs a second. `cargo xtask test` uses it for its short runs.
+    #[arg(long)]
+    pub dev: bool,
     /// Targets to run (default: all of `cargo fuzz list`).
     pub targets: Vec<String>,
 }
@@ -44,7 +48,7 @@ pub fn run(args: FuzzArgs) -> Result<()> {
         targets.len()
     );
     let started = Instant::now();
-    let ok = cargo_fuzz(&root, &toolchain, "build", &build_dir)
+    let ok = cargo_fuzz(&root, &toolchain, "build", &build_dir, args.dev)
         .status()
         .context("could not start cargo fuzz build")?
         .success();
@@ -61,7 +65,7 @@ pub fn run(args: FuzzArgs) -> Result<()> {
         std::fs::create_dir_all(&corpus)?;
         std::fs::create_dir_all(&artifacts)?;
         let seeds = root.join("fuzz").join("seeds").join(t);
-        let mut cmd = cargo_fuzz(&root, &toolchain, "run", &build_dir);
+        let mut cmd = cargo_fuzz(&root, &toolchain, "run", &build_dir, args.dev);
         cmd.arg(t).arg(&corpus);
         if seeds.is_dir() {
             cmd.arg(&seeds);
@@ -107,10 +111,10 @@ pub fn run(args: FuzzArgs) -> Result<()> {
     Ok(())
 }
 
-fn cargo_fuzz(root: &Path, toolchain: &str, sub: &str, target_dir: &Path) -> Command {
+fn cargo_fuzz(root: &Path, toolchain: &str, sub: &str, target_dir: &Path, dev: bool) -> Command {
     let mut cmd = Command::new("cargo");
     cmd.arg(format!("+{toolchain}"))
-        .args(["fuzz", sub, "-O", "--fuzz-dir"])
+        .args(["fuzz", sub, if dev { "--dev" } else { "-O" }, "--fuzz-dir"])
         .arg(root.join("fuzz"))
         .arg("--target-dir")
         .arg(target_dir)
