@@ -222,14 +222,16 @@ pub fn events(records: &[BurstEnd], offset_ns: i64, ifnames: &HashMap<u32, Strin
     // Sorted as (start, index) pairs, 16 bytes each, not as records or events: a tick's
     // 30,000 records are ~2 MB, and comparing through references to them was a cache miss
     // per comparison. Equal starts (rare) fall back to the rest of the key; records equal in
-    // all of it are the same burst twice, and either order is the same output.
+    // all of it are the same burst twice, and either order is the same output. The stable
+    // sort finds the runs the records arrive in (they come in end order, and most bursts
+    // are short, so starts are nearly sorted already); the unstable one did not.
     let tie = |r: &BurstEnd| (r.ifindex, r.direction, r.family, r.addr);
     let mut order: Vec<(u64, u32)> = records
         .iter()
         .enumerate()
         .map(|(i, r)| (r.start_ns, i as u32))
         .collect();
-    order.sort_unstable_by(|a, b| {
+    order.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then_with(|| tie(&records[a.1 as usize]).cmp(&tie(&records[b.1 as usize])))
     });
