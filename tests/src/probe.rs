@@ -222,6 +222,33 @@ impl Probe {
         Metrics::parse(&r.body).unwrap_or_else(|e| panic!("parsing /metrics: {e:#}\n{}", r.body))
     }
 
+    /// The JSON snapshot (`/api/v1/snapshot`).
+    pub fn snapshot(&self) -> serde_json::Value {
+        let r = self
+            .get("/api/v1/snapshot")
+            .unwrap_or_else(|e| panic!("reading the snapshot: {e:#}\n{}", self.child.stderr()));
+        serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("snapshot JSON: {e}\n{}", r.body))
+    }
+
+    /// The snapshot of the next tick at which probe walked its flow and connection maps
+    /// (`flow_scan_age_ticks` 0; every `flow_scan`), returned as soon as it appears so that
+    /// the kernel can be read right after it. Panics after `within`.
+    pub fn next_walk(&self, within: Duration) -> serde_json::Value {
+        let t0 = self.snapshot()["time_unix"].as_f64();
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.snapshot();
+            if s["time_unix"].as_f64() != t0 && s["flow_scan_age_ticks"].as_u64() == Some(0) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no walk of the maps within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Sleeps `n` ticks plus a margin, so that the next scrape reflects everything that
     /// happened before the call.
     pub fn wait_ticks(&self, n: u32) {

@@ -14,46 +14,16 @@
 use probe_tests::iperf::{self, ClientOpts};
 use probe_tests::{cmd, kernel, median, rel_diff, Pair, PairOpts, Probe, ProbeOpts};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Ticks whose srtt is compared.
 const SRTT_SAMPLES: usize = 5;
 /// The test's `flow_scan`, in ticks.
 const FLOW_SCAN_TICKS: u32 = 1;
 
-fn snapshot(probe: &Probe) -> Value {
-    let body = probe.get("/api/v1/snapshot").unwrap().body;
-    serde_json::from_str(&body).unwrap()
-}
-
-/// The snapshot of the next tick, returned as soon as it appears, so the kernel can be read
-/// right after it.
-fn next_tick(probe: &Probe) -> Value {
-    let t0 = snapshot(probe)["time_unix"].as_f64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let s = snapshot(probe);
-        if s["time_unix"].as_f64().unwrap() != t0 {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "no new tick within 5 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The next snapshot whose flow detail (`top_flows`) was read at that tick: probe walks the
-/// flow map every `flow_scan` (5 s by default), not every tick.
+/// The next snapshot whose detail (`top_flows`, `slow_connections`) was read at its tick.
 fn next_scan(probe: &Probe) -> Value {
-    for _ in 0..FLOW_SCAN_TICKS + 1 {
-        let s = next_tick(probe);
-        if s["flow_scan_age_ticks"].as_u64() == Some(0) {
-            return s;
-        }
-    }
-    panic!(
-        "no walk of the flow map within {} ticks",
-        FLOW_SCAN_TICKS + 1
-    );
+    probe.next_walk(Duration::from_secs(5) * (FLOW_SCAN_TICKS + 1))
 }
 
 #[test]

@@ -365,7 +365,7 @@ mod tests {
         let ifnames = HashMap::from([(3, "eth0".to_owned())]);
         assert_eq!(&*events(&[r], 0, &ifnames).to_events()[0].peer, "10.0.0.2");
         r.family = 0;
-        assert!(events(&[r], 0, &ifnames).is_empty(), "unknown family");
+        assert!(events(&[r], 0, &ifnames).events.is_empty(), "unknown family");
     }
 
     #[test]
@@ -442,7 +442,7 @@ mod cost {
         let mut n = 0;
         for _ in 0..20 {
             let ev = events(&recs, 0, &ifnames);
-            n += ev.len();
+            n += ev.events.len();
         }
         eprintln!(
             "events(): {:.2} ms per 40,000 records ({n})",

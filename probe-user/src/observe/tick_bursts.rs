@@ -44,14 +44,6 @@ pub struct TickBursts {
 }
 
 impl TickBursts {
-    pub fn len(&self) -> usize {
-        self.events.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
     pub fn label(&self, ev: &TickBurst) -> &BurstLabel {
         &self.labels[ev.label as usize]
     }
@@ -179,6 +171,6 @@ mod tests {
             serde_json::to_value(&t).unwrap(),
             serde_json::to_value(&events).unwrap()
         );
-        assert!(TickBursts::from_events(&[]).is_empty());
+        assert!(TickBursts::from_events(&[]).events.is_empty());
     }
 }
