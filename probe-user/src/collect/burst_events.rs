@@ -365,7 +365,10 @@ mod tests {
         let ifnames = HashMap::from([(3, "eth0".to_owned())]);
         assert_eq!(&*events(&[r], 0, &ifnames).to_events()[0].peer, "10.0.0.2");
         r.family = 0;
-        assert!(events(&[r], 0, &ifnames).events.is_empty(), "unknown family");
+        assert!(
+            events(&[r], 0, &ifnames).events.is_empty(),
+            "unknown family"
+        );
     }
 
     #[test]
