@@ -1,5 +1,5 @@
 //! The burst-event stream: records as the kernel's ring buffer hands them over (any bytes:
-//! a newer kernel side, a torn read), named into events, kept per peer, and the window
+//! a newer kernel side, a torn read), filed and folded as the drain does, named into events, kept per peer, and the window
 //! statistics and training-iteration period computed from them.
 #![no_main]
 use std::collections::HashMap;
@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use libfuzzer_sys::fuzz_target;
 use probe_ebpf::BurstEnd;
 use probe_user::{
-    collect::burst_events,
+    collect::{burst_events, burst_records::BurstRecords},
     features::{
         bursts::{Burst, Bursts},
         period::PeriodFinder,
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         .filter_map(burst_events::parse)
         .collect();
     let ifnames = HashMap::from([(1, "eth0".to_owned()), (2, "ib0".to_owned())]);
-    let events = burst_events::events(&records, 0, &ifnames).to_events();
+    let events = burst_events::events(&BurstRecords::folded(&records), 0, &ifnames).to_events();
     assert!(events
         .windows(2)
         .all(|w| w[0].start_unix <= w[1].start_unix));

@@ -8,8 +8,8 @@
 //! daemon (the kernel maps its data area twice, and populates it at mmap), so the 4 MiB
 //! ring that a once-a-tick drain needed cost 8 MiB of RSS.
 //!
-//! Every record read is folded into its peer's histograms (`Folds`, exact counts); at most
-//! MAX_EVENTS_PER_TICK are kept as events, and reading stops at twice that until the next
+//! Every record read is folded into its peer's histograms (`BurstRecords`, exact counts);
+//! at most MAX_EVENTS_PER_TICK are kept as events, and reading stops at twice that until the next
 //! tick, so a tick's work is bounded even while the programs keep writing. Lost events are
 //! counted in two places: the kernel counts reservations the full ring refused (ERRORS slot
 //! BURST_EVENTS_FULL; the program folds those bursts into PEER_BURSTS itself), and this
@@ -35,7 +35,7 @@ use aya::maps::{MapData, RingBuf};
 use probe_ebpf::{Addr, BurstEnd, FlowKey, FlowStats, DIR_EGRESS, DIR_INGRESS};
 use rustc_hash::FxHashMap;
 
-use super::{bursts::Folds, direction_label};
+use super::{burst_records::BurstRecords, direction_label};
 use crate::{
     observe::{BurstLabel, TickBurst, TickBursts},
     snapshot::{ip_from_abi, peer_label},
@@ -51,8 +51,9 @@ pub const MAX_EVENTS_PER_TICK: usize = 1 << 16;
 /// What the drains read since the last tick, and the ring they read it from.
 struct Drained {
     ring: RingBuf<MapData>,
-    kept: Vec<BurstEnd>,
-    folds: Folds,
+    records: BurstRecords,
+    /// Records kept as events since the last tick.
+    kept: usize,
     /// Records read since the last tick (reading stops at 2 x MAX_EVENTS_PER_TICK).
     read: usize,
     /// Records read beyond MAX_EVENTS_PER_TICK and not kept, since start.
@@ -63,8 +64,8 @@ impl Drained {
     fn drain(&mut self) {
         let Self {
             ring,
+            records,
             kept,
-            folds,
             read,
             dropped,
         } = self;
@@ -76,11 +77,12 @@ impl Drained {
                 continue;
             };
             *read += 1;
-            folds.fold(&r);
-            if kept.len() == MAX_EVENTS_PER_TICK {
-                *dropped += 1;
+            let keep = *kept < MAX_EVENTS_PER_TICK;
+            records.fold(&r, keep);
+            if keep {
+                *kept += 1;
             } else {
-                kept.push(r);
+                *dropped += 1;
             }
         }
     }
@@ -103,8 +105,8 @@ impl BurstEventCollector {
     pub fn new(ring: RingBuf<MapData>) -> Self {
         let drained = Arc::new(Mutex::new(Drained {
             ring,
-            kept: Vec::new(),
-            folds: Folds::default(),
+            records: BurstRecords::default(),
+            kept: 0,
             read: 0,
             dropped: 0,
         }));
@@ -129,13 +131,14 @@ impl BurstEventCollector {
         }
     }
 
-    /// Drains the ring once more and takes the records read since the last tick (at most
-    /// MAX_EVENTS_PER_TICK) and the per-peer folds of all of them.
-    pub fn take(&mut self) -> (Vec<BurstEnd>, Folds) {
+    /// Drains the ring once more and takes the records read since the last tick: the
+    /// per-peer folds of all of them, and at most MAX_EVENTS_PER_TICK kept as events.
+    pub fn take(&mut self) -> BurstRecords {
         let mut d = lock(&self.drained);
         d.drain();
         d.read = 0;
-        (std::mem::take(&mut d.kept), std::mem::take(&mut d.folds))
+        d.kept = 0;
+        std::mem::take(&mut d.records)
     }
 
     /// Events dropped over the per-tick cap, since start.
@@ -205,10 +208,10 @@ pub fn realtime_offset_ns() -> i64 {
     r - (m0 + (m1 - m0) / 2)
 }
 
-/// A record's start as wall-clock seconds. Saturating, not `as i64`: a time past i64::MAX
-/// (only ever garbage) would wrap negative and break the start order `events` sorts by.
-fn start_unix(r: &BurstEnd, offset_ns: i64) -> f64 {
-    i64::try_from(r.start_ns)
+/// A start as wall-clock seconds. Saturating, not `as i64`: a time past i64::MAX (only
+/// ever garbage) would wrap negative and break the start order `events` sorts by.
+fn start_unix(start_ns: u64, offset_ns: i64) -> f64 {
+    i64::try_from(start_ns)
         .unwrap_or(i64::MAX)
         .saturating_add(offset_ns) as f64
         * 1e-9
@@ -218,41 +221,53 @@ fn start_unix(r: &BurstEnd, offset_ns: i64) -> f64 {
 /// address), each (interface, direction, peer) named once. Records of interfaces not in
 /// `ifnames` (detached this tick) or of an unknown address family are left out. The tick's
 /// time is set by the collect stage once it is known.
-pub fn events(records: &[BurstEnd], offset_ns: i64, ifnames: &HashMap<u32, String>) -> TickBursts {
-    // Sorted as (start, index) pairs, 16 bytes each, not as records or events: a tick's
-    // 30,000 records are ~2 MB, and comparing through references to them was a cache miss
-    // per comparison. Equal starts (rare) fall back to the rest of the key; records equal in
-    // all of it are the same burst twice, and either order is the same output. The stable
-    // sort finds the runs the records arrive in (they come in end order, and most bursts
-    // are short, so starts are nearly sorted already); the unstable one did not.
-    let tie = |r: &BurstEnd| (r.ifindex, r.direction, r.family, r.addr);
-    let mut order: Vec<(u64, u32)> = records
+pub fn events(
+    records: &BurstRecords,
+    offset_ns: i64,
+    ifnames: &HashMap<u32, String>,
+) -> TickBursts {
+    let rows = records.rows();
+    // Sorted as (start, index) pairs, 16 bytes each, not as rows: a tick's 30,000 rows are
+    // 1.2 MB. A radix sort: the starts of a tick span a second or two, so it makes four
+    // passes over the low bytes and skips the rest. It was a third of the cost of a
+    // comparison sort, stable or not, on nearly sorted starts (they come in end order).
+    let mut order: Vec<(u64, u32)> = rows
         .iter()
         .enumerate()
         .map(|(i, r)| (r.start_ns, i as u32))
         .collect();
-    order.sort_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| tie(&records[a.1 as usize]).cmp(&tie(&records[b.1 as usize])))
-    });
+    radsort::sort_by_key(&mut order, |p| p.0);
+    // Equal starts (rare) in the order of the rest of the key; rows equal in all of it are
+    // the same burst twice, and either order is the same output.
+    let tie = |i: u32| {
+        let k = records.key(&rows[i as usize]);
+        (k.ifindex, k.direction, k.family, k.addr)
+    };
+    for run in order.chunk_by_mut(|a, b| a.0 == b.0) {
+        if run.len() > 1 {
+            run.sort_by_key(|p| tie(p.1));
+        }
+    }
     let directions: [Arc<str>; 2] = [DIR_INGRESS, DIR_EGRESS].map(|d| direction_label(d).into());
     let mut ifaces: FxHashMap<u32, Option<Arc<str>>> = FxHashMap::default();
     let mut peers: FxHashMap<(u8, Addr), Option<Arc<str>>> = FxHashMap::default();
-    // Each label's index, or None if it cannot be named: one lookup per record.
-    let mut index: FxHashMap<(u32, u8, u8, Addr), Option<u32>> = FxHashMap::default();
+    // Each key's label index once named (None inside: it cannot be named), in the order of
+    // the keys' first events.
+    let mut named: Vec<Option<Option<u32>>> = vec![None; records.keys().len()];
     let mut labels = Vec::new();
-    let mut events = Vec::with_capacity(records.len());
-    for r in order.iter().map(|&(_, i)| &records[i as usize]) {
-        let label = *index.entry(tie(r)).or_insert_with(|| {
+    let mut events = Vec::with_capacity(rows.len());
+    for r in order.iter().map(|&(_, i)| &rows[i as usize]) {
+        let label = *named[r.key as usize].get_or_insert_with(|| {
+            let k = records.key(r);
             let iface = ifaces
-                .entry(r.ifindex)
-                .or_insert_with(|| ifnames.get(&r.ifindex).map(|n| n.as_str().into()))
+                .entry(k.ifindex)
+                .or_insert_with(|| ifnames.get(&k.ifindex).map(|n| n.as_str().into()))
                 .clone()?;
             let peer = peers
-                .entry((r.family, r.addr))
-                .or_insert_with(|| ip_from_abi(r.family, &r.addr).map(|ip| peer_label(ip).into()))
+                .entry((k.family, k.addr))
+                .or_insert_with(|| ip_from_abi(k.family, &k.addr).map(|ip| peer_label(ip).into()))
                 .clone()?;
-            let direction = directions[usize::from(r.direction == DIR_EGRESS)].clone();
+            let direction = directions[usize::from(k.direction == DIR_EGRESS)].clone();
             labels.push(BurstLabel {
                 iface,
                 direction,
@@ -265,7 +280,7 @@ pub fn events(records: &[BurstEnd], offset_ns: i64, ifnames: &HashMap<u32, Strin
         };
         events.push(TickBurst {
             label,
-            start_unix: start_unix(r, offset_ns),
+            start_unix: start_unix(r.start_ns, offset_ns),
             duration_s: r.duration_ns as f64 * 1e-9,
             bytes: r.bytes,
             packets: r.packets,
@@ -325,7 +340,7 @@ mod tests {
             record(1 << 63, 3, [10, 0, 0, 2]),
         ];
         for offset in [0, -5_000_000_000, 1_700_000_000_000_000_000] {
-            let ev = events(&recs, offset, &ifnames).to_events();
+            let ev = events(&BurstRecords::folded(&recs), offset, &ifnames).to_events();
             assert_eq!(ev.len(), 2);
             assert!(ev[0].start_unix <= ev[1].start_unix, "{offset}: {ev:?}");
         }
@@ -341,7 +356,7 @@ mod tests {
             // An interface that is not monitored: left out.
             record(5_500_000_000, 9, [10, 0, 0, 2]),
         ];
-        let ev = events(&recs, offset, &ifnames).to_events();
+        let ev = events(&BurstRecords::folded(&recs), offset, &ifnames).to_events();
         assert_eq!(ev.len(), 2);
         assert_eq!(&*ev[0].peer, "10.0.0.3");
         assert_eq!(ev[0].start_unix, 1_700_000_000.0);
@@ -363,10 +378,15 @@ mod tests {
             u32::from_ne_bytes([10, 0, 0, 2]),
         ];
         let ifnames = HashMap::from([(3, "eth0".to_owned())]);
-        assert_eq!(&*events(&[r], 0, &ifnames).to_events()[0].peer, "10.0.0.2");
+        assert_eq!(
+            &*events(&BurstRecords::folded(&[r]), 0, &ifnames).to_events()[0].peer,
+            "10.0.0.2"
+        );
         r.family = 0;
         assert!(
-            events(&[r], 0, &ifnames).events.is_empty(),
+            events(&BurstRecords::folded(&[r]), 0, &ifnames)
+                .events
+                .is_empty(),
             "unknown family"
         );
     }
@@ -418,14 +438,18 @@ mod tests {
 mod cost {
     use super::*;
 
-    /// `cargo test --release -p probe-user burst_events_cost -- --ignored --nocapture`
+    /// `cargo test --release -p probe-user burst_events_cost -- --ignored --nocapture`:
+    /// a tick of the bench's shape (64 peers, both directions), as the drain files it and
+    /// as the tick names it.
     #[test]
     #[ignore = "a measurement, run in release"]
     fn burst_events_cost() {
         let ifnames = HashMap::from([(3, "veth201a".to_owned())]);
         let recs: Vec<BurstEnd> = (0..40_000u64)
             .map(|i| BurstEnd {
-                start_ns: i * 25_000,
+                // Nearly sorted, as they arrive: in end order, starts up to 3 ms apart.
+                start_ns: 10_000_000 + i * 25_000
+                    - (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 3_000_000,
                 duration_ns: 1000,
                 bytes: 100,
                 packets: 1,
@@ -441,15 +465,20 @@ mod cost {
                 _pad: 0,
             })
             .collect();
-        let t = std::time::Instant::now();
+        let (mut filed, mut named) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         let mut n = 0;
         for _ in 0..20 {
-            let ev = events(&recs, 0, &ifnames);
-            n += ev.events.len();
+            let t = std::time::Instant::now();
+            let records = BurstRecords::folded(&recs);
+            filed += t.elapsed();
+            let t = std::time::Instant::now();
+            n += events(&records, 0, &ifnames).events.len();
+            named += t.elapsed();
         }
         eprintln!(
-            "events(): {:.2} ms per 40,000 records ({n})",
-            t.elapsed().as_secs_f64() * 1e3 / 20.0
+            "per 40,000 records: filed (fold, key) {:.2} ms, named and sorted {:.2} ms ({n})",
+            filed.as_secs_f64() * 1e3 / 20.0,
+            named.as_secs_f64() * 1e3 / 20.0
         );
     }
 }

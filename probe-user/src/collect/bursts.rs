@@ -7,10 +7,9 @@
 use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData};
-use probe_ebpf::{log2_bucket, BurstEnd, BurstHist, BurstKey, LOG2_BUCKETS};
-use rustc_hash::FxHashMap;
+use probe_ebpf::{BurstHist, BurstKey, LOG2_BUCKETS};
 
-use super::{batch::MapReader, delta::DeltaTotals};
+use super::{batch::MapReader, burst_records::BurstRecords, delta::DeltaTotals};
 use crate::snapshot::{ip_from_abi, Histogram};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,31 +30,6 @@ pub struct BurstCollector {
     map: HashMap<MapData, BurstKey, BurstHist>,
     reader: MapReader<BurstKey, BurstHist>,
     totals: DeltaTotals<BurstKey, BurstSeriesKey>,
-}
-
-/// Ring records summed per peer before they reach the series: one small-key lookup per
-/// record (tens of thousands a tick at 10,000 flows) and one per peer at the tick. Filled
-/// by the ring's drain (burst_events.rs), handed to `BurstCollector::tick`.
-#[derive(Default)]
-pub struct Folds(FxHashMap<BurstKey, BurstHist>);
-
-impl Folds {
-    /// Adds one ended burst, as streamed through the ring, to its peer's histograms.
-    pub fn fold(&mut self, r: &BurstEnd) {
-        let key = BurstKey {
-            addr: r.addr,
-            ifindex: r.ifindex,
-            family: r.family,
-            direction: r.direction,
-            _pad: 0,
-        };
-        let h = self.0.entry(key).or_default();
-        h.size_buckets[log2_bucket(r.bytes)] += 1;
-        h.duration_buckets[log2_bucket(r.duration_ns)] += 1;
-        h.count += 1;
-        h.bytes += r.bytes;
-        h.duration_ns += r.duration_ns;
-    }
 }
 
 fn flatten(h: &BurstHist) -> Vec<u64> {
@@ -86,14 +60,15 @@ impl BurstCollector {
         }
     }
 
-    /// Adds the ring's records of this tick (`folds`) and what the programs folded in
-    /// PEER_BURSTS (the bursts the full ring refused), and returns every series' totals.
-    pub fn tick(&mut self, folds: Folds) -> Vec<(BurstSeriesKey, Bursts)> {
-        for (k, h) in folds.0 {
-            let Some(series) = series_of(&k) else {
+    /// Adds the ring's records of this tick (their per-peer folds) and what the programs
+    /// folded in PEER_BURSTS (the bursts the full ring refused), and returns every series'
+    /// totals.
+    pub fn tick(&mut self, records: &BurstRecords) -> Vec<(BurstSeriesKey, Bursts)> {
+        for (k, h) in records.folds() {
+            let Some(series) = series_of(k) else {
                 continue;
             };
-            self.totals.add_delta(series, &flatten(&h));
+            self.totals.add_delta(series, &flatten(h));
         }
         let map = &self.map;
         let totals = &mut self.totals;

@@ -3,6 +3,7 @@
 pub mod assemble;
 pub mod batch;
 pub mod burst_events;
+pub mod burst_records;
 pub mod bursts;
 pub mod conns;
 pub mod delta;
@@ -188,14 +189,14 @@ impl Collector {
         let walk_conns = ft.scan_age == 0;
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
-        let (mut ended, folds) = self.burst_events.take();
-        ended.extend(
-            ft.removed
-                .iter()
-                .filter_map(|(k, v)| burst_events::unfinished(k, v)),
-        );
+        let mut records = self.burst_events.take();
+        for (k, v) in &ft.removed {
+            if let Some(b) = burst_events::unfinished(k, v) {
+                records.push(&b);
+            }
+        }
         snap.burst_events =
-            burst_events::events(&ended, burst_events::realtime_offset_ns(), ifnames);
+            burst_events::events(&records, burst_events::realtime_offset_ns(), ifnames);
         snap.flows.sort_by(|a, b| {
             (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
         });
@@ -205,7 +206,7 @@ impl Collector {
         snap.slow_connections = self.conns.tick(walk_conns).to_vec();
         snap.conn_evictions = self.conns.evictions();
         snap.slow_connections_floor_seconds = self.conns.floor_us() as f64 * 1e-6;
-        for (k, b) in self.bursts.tick(folds) {
+        for (k, b) in self.bursts.tick(&records) {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
             };

@@ -117,12 +117,19 @@ impl Bursts {
         self.events.capacity() * std::mem::size_of::<Burst>()
     }
 
+    /// Where the statistics of the window (now - w, now] start: the window's start, or the
+    /// start of the history when that is later. Windows that start at the same point have
+    /// the same statistics.
+    pub fn window_start(&self, now: f64, w: f64) -> f64 {
+        (now - w).max(self.covered_since)
+    }
+
     /// Writes the burst statistics of the window (now - w, now] into `out`, in the order of
     /// `BURST_STATS`; NaN where not known (no history yet, no burst, too few gaps).
     pub fn window(&self, now: f64, w: f64, out: &mut [f64]) {
         debug_assert_eq!(out.len(), BURST_STATS.len());
         out.fill(f64::NAN);
-        let from = (now - w).max(self.covered_since);
+        let from = self.window_start(now, w);
         let span = now - from;
         if span <= 0.0 {
             return;
