@@ -77,9 +77,11 @@ impl BurstRecords {
         let h = &mut self.folds[id as usize];
         h.size_buckets[log2_bucket(r.bytes)] += 1;
         h.duration_buckets[log2_bucket(r.duration_ns)] += 1;
+        // Wrapping, as the kernel's own folds into PEER_BURSTS: a record is whatever the
+        // ring held (the burst_events fuzz target feeds sums past u64::MAX).
         h.count += 1;
-        h.bytes += r.bytes;
-        h.duration_ns += r.duration_ns;
+        h.bytes = h.bytes.wrapping_add(r.bytes);
+        h.duration_ns = h.duration_ns.wrapping_add(r.duration_ns);
         if keep {
             self.rows.push(Self::row(r, id));
         }
@@ -155,5 +157,23 @@ mod tests {
         let h = t.folds().next().unwrap().1;
         assert_eq!(h.size_buckets[log2_bucket(1_000)], 1);
         assert_eq!(h.duration_buckets[log2_bucket(3_000)], 2);
+    }
+
+    /// Found by the burst_events fuzz target: a ring record is any bytes, and two huge ones
+    /// overflowed the fold's sums.
+    #[test]
+    fn folds_of_garbage_wrap() {
+        let mut t = BurstRecords::default();
+        let r = BurstEnd {
+            duration_ns: u64::MAX,
+            ..rec(1, u64::MAX)
+        };
+        t.fold(&r, false);
+        t.fold(&r, false);
+        let h = t.folds().next().unwrap().1;
+        assert_eq!(
+            (h.count, h.bytes, h.duration_ns),
+            (2, u64::MAX - 1, u64::MAX - 1)
+        );
     }
 }
