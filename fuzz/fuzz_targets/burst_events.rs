@@ -1,6 +1,7 @@
 //! The burst-event stream: records as the kernel's ring buffer hands them over (any bytes:
-//! a newer kernel side, a torn read), filed and folded as the drain does, named into events, kept per peer, and the window
-//! statistics and training-iteration period computed from them.
+//! a newer kernel side, a torn read), filed and folded as the drain does, named into events,
+//! kept per peer, and the window statistics and training-iteration period computed from
+//! them.
 #![no_main]
 use std::collections::HashMap;
 

@@ -52,8 +52,6 @@ pub const MAX_EVENTS_PER_TICK: usize = 1 << 16;
 struct Drained {
     ring: RingBuf<MapData>,
     records: BurstRecords,
-    /// Records kept as events since the last tick.
-    kept: usize,
     /// Records read since the last tick (reading stops at 2 x MAX_EVENTS_PER_TICK).
     read: usize,
     /// Records read beyond MAX_EVENTS_PER_TICK and not kept, since start.
@@ -65,7 +63,6 @@ impl Drained {
         let Self {
             ring,
             records,
-            kept,
             read,
             dropped,
         } = self;
@@ -77,11 +74,10 @@ impl Drained {
                 continue;
             };
             *read += 1;
-            let keep = *kept < MAX_EVENTS_PER_TICK;
+            // Only the ring's records have rows until the tick takes them.
+            let keep = records.rows().len() < MAX_EVENTS_PER_TICK;
             records.fold(&r, keep);
-            if keep {
-                *kept += 1;
-            } else {
+            if !keep {
                 *dropped += 1;
             }
         }
@@ -106,7 +102,6 @@ impl BurstEventCollector {
         let drained = Arc::new(Mutex::new(Drained {
             ring,
             records: BurstRecords::default(),
-            kept: 0,
             read: 0,
             dropped: 0,
         }));
@@ -137,7 +132,6 @@ impl BurstEventCollector {
         let mut d = lock(&self.drained);
         d.drain();
         d.read = 0;
-        d.kept = 0;
         std::mem::take(&mut d.records)
     }
 
@@ -344,6 +338,37 @@ mod tests {
             assert_eq!(ev.len(), 2);
             assert!(ev[0].start_unix <= ev[1].start_unix, "{offset}: {ev:?}");
         }
+    }
+
+    /// Equal starts come out in the order of the rest of the key (interface index,
+    /// direction, family, address), whatever order the ring had them in.
+    #[test]
+    fn equal_starts_are_ordered_by_their_key() {
+        let ifnames = HashMap::from([(3, "eth0".to_owned()), (4, "eth1".to_owned())]);
+        let mut ingress = record(7, 3, [10, 0, 0, 1]);
+        ingress.direction = DIR_INGRESS;
+        let recs = [
+            record(7, 4, [10, 0, 0, 1]),
+            record(7, 3, [10, 0, 0, 9]),
+            record(9, 3, [10, 0, 0, 1]),
+            record(7, 3, [10, 0, 0, 2]),
+            ingress,
+        ];
+        let ev = events(&BurstRecords::folded(&recs), 0, &ifnames).to_events();
+        let got: Vec<(&str, &str, &str)> = ev
+            .iter()
+            .map(|e| (&*e.iface, &*e.direction, &*e.peer))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("eth0", "ingress", "10.0.0.1"),
+                ("eth0", "egress", "10.0.0.2"),
+                ("eth0", "egress", "10.0.0.9"),
+                ("eth1", "egress", "10.0.0.1"),
+                ("eth0", "egress", "10.0.0.1"),
+            ]
+        );
     }
 
     #[test]
