@@ -1,5 +1,5 @@
-//! The burst-event stream: records as the kernel's ring buffer hands them over (any bytes:
-//! a newer kernel side, a torn read), filed and folded as the drain does, named into events,
+//! The burst-event stream: records as the kernel's rings hand them over (any bytes: a newer
+//! kernel side, a torn read), filed and folded as the drain does, named into events,
 //! kept per peer, and the window statistics and training-iteration period computed from
 //! them.
 #![no_main]
@@ -18,10 +18,19 @@ use probe_user::{
 
 const WINDOW_S: f64 = 30.0;
 
+/// A record from any bytes, as a ring slot's may be; None if too short.
+fn parse(bytes: &[u8]) -> Option<BurstEnd> {
+    if bytes.len() < std::mem::size_of::<BurstEnd>() {
+        return None;
+    }
+    // SAFETY: long enough (checked above), and BurstEnd is Pod: any bytes are a valid value.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<BurstEnd>()) })
+}
+
 fuzz_target!(|data: &[u8]| {
     let records: Vec<BurstEnd> = data
         .chunks(std::mem::size_of::<BurstEnd>())
-        .filter_map(burst_events::parse)
+        .filter_map(parse)
         .collect();
     let ifnames = HashMap::from([(1, "eth0".to_owned()), (2, "ib0".to_owned())]);
     let events = burst_events::events(&BurstRecords::folded(&records), 0, &ifnames).to_events();

@@ -59,13 +59,12 @@ pub const SERIES_MAX_ENTRIES: u32 = 16_384;
 /// Packets waiting in a monitored qdisc, keyed by skb address (for sojourn time).
 pub const QDISC_INFLIGHT_MAX_ENTRIES: u32 = 65_536;
 pub const DROP_REASONS_MAX_ENTRIES: u32 = 1_024;
-/// Bytes of the BURST_EVENTS ring buffer (a power of two, a multiple of the page size).
-/// A record is 64 bytes (an 8-byte header + `BurstEnd`), so 512 KiB holds 8,192 burst ends:
-/// user space drains the ring every 100 ms, so that is 81,920 bursts/s (8,000 flows each
-/// ending a burst every 100 ms, well above a training host's connection count) before the
-/// kernel has to drop one. It costs 512 KiB of kernel memory and 1 MiB of the daemon's RSS
-/// (the kernel maps the data twice).
-pub const BURST_EVENTS_BYTES: u32 = 512 << 10;
+/// Burst-end records per CPU in BURST_EVENTS by default (a power of two; the loader sizes the
+/// rings from `[maps] burst_events_bytes_per_cpu` and patches BURST_EVENTS_SHIFT to match). A
+/// record is one 64-byte line (`BurstSlot`), so 4,096 is 256 KiB per CPU: user space drains
+/// every 100 ms, so that is 40,960 burst ends a second per CPU before the kernel has to drop
+/// one.
+pub const BURST_EVENTS_PER_CPU_DEFAULT: u32 = 4_096;
 
 /// Slots of the ERRORS per-CPU array: inserts (or ring buffer reservations) that a full map
 /// refused.
@@ -77,7 +76,7 @@ pub mod errors {
     pub const QDISC_INFLIGHT_FULL: u32 = 4;
     pub const NONIP_FULL: u32 = 5;
     pub const SOJOURN_FULL: u32 = 6;
-    /// A burst end the full BURST_EVENTS ring buffer had no room for (an event lost).
+    /// A burst end its CPU's full BURST_EVENTS ring had no room for (an event lost).
     pub const BURST_EVENTS_FULL: u32 = 7;
     /// A packet of a new series the full SERIES map refused: its series misses it.
     pub const SERIES_FULL: u32 = 8;
@@ -115,6 +114,7 @@ pub mod names {
     pub const QDISC_SOJOURN: &str = "QDISC_SOJOURN";
     pub const ERRORS: &str = "ERRORS";
     pub const BURST_EVENTS: &str = "BURST_EVENTS";
+    pub const BURST_EVENTS_POS: &str = "BURST_EVENTS_POS";
     pub const KFREE_SKB: &str = "tp_kfree_skb";
     pub const QDISC_DEQUEUE: &str = "tp_qdisc_dequeue";
     pub const TC_INGRESS_ETH: &str = "tc_ingress_eth";
@@ -131,6 +131,8 @@ pub mod globals {
     pub const BURST_GAP_NS: &str = "BURST_GAP_NS";
     /// u32: SERIES_SLOTS' max_entries - 1 (a power of two minus one).
     pub const SERIES_SLOTS_MASK: &str = "SERIES_SLOTS_MASK";
+    /// u32: log2 of the burst-end records per CPU in BURST_EVENTS.
+    pub const BURST_EVENTS_SHIFT: &str = "BURST_EVENTS_SHIFT";
     /// u32 offsets of fields in the `tcp:tcp_retransmit_skb` tracepoint record, read by the
     /// loader from the event's `format` file because they differ between kernels.
     pub const RETX_OFF_FAMILY: &str = "RETX_OFF_FAMILY";
@@ -344,9 +346,10 @@ impl Default for BurstHist {
     }
 }
 
-/// One ended burst of one flow, streamed through the BURST_EVENTS ring buffer: one record per
-/// burst, never per packet. Written when the flow's next packet comes after an idle gap
-/// longer than BURST_GAP_NS; times are the kernel's monotonic clock (bpf_ktime_get_ns).
+/// One ended burst of one flow, streamed through the writing CPU's BURST_EVENTS ring: one
+/// record per burst, never per packet. Written when the flow's next packet comes after an
+/// idle gap longer than BURST_GAP_NS; times are the kernel's monotonic clock
+/// (bpf_ktime_get_ns).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BurstEnd {
@@ -363,6 +366,32 @@ pub struct BurstEnd {
     pub family: u8,
     pub direction: u8,
     pub _pad: u16,
+}
+
+/// A slot of BURST_EVENTS: a BurstEnd padded to one cache line. The map is an mmapable array
+/// of rings of 1 << BURST_EVENTS_SHIFT slots, one ring per possible CPU (CPU c's starts at
+/// slot c << BURST_EVENTS_SHIFT), which user space reads in place.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BurstSlot {
+    pub end: BurstEnd,
+    pub _pad: u64,
+}
+
+/// A CPU's positions in its BURST_EVENTS ring (BURST_EVENTS_POS, an mmapable array indexed by
+/// CPU; one cache line each). Both count records since load (a u64 does not wrap); the
+/// record of count n is in slot n & (records per CPU - 1) of the CPU's ring.
+/// - `head` is written only by the programs on that CPU (one writer: TC runs with bottom
+///   halves off, so two runs never interleave on one CPU), and published after the record
+///   with a fully ordered atomic add;
+/// - `tail` is written only by user space, after it has copied the records before it. The
+///   program refuses a record while head - tail is the ring's size.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingPos {
+    pub head: u64,
+    pub tail: u64,
+    pub _pad: [u64; 6],
 }
 
 /// A packet waiting in a monitored interface's qdisc (QDISC_INFLIGHT, keyed by skb address).
@@ -457,10 +486,10 @@ const _: () = {
     assert!(core::mem::size_of::<BurstHist>() == 8 * (2 * LOG2_BUCKETS + 3));
     assert!(core::mem::size_of::<NsHist>() == 8 * (LOG2_BUCKETS + 2));
     assert!(core::mem::size_of::<Inflight>() == 16);
-    // 56 bytes + the ring buffer's 8-byte header = 64 per record (see BURST_EVENTS_BYTES);
-    // 8-byte aligned, as bpf_ringbuf_reserve requires.
+    // One record per 64-byte line of the rings' page-aligned array.
     assert!(core::mem::size_of::<BurstEnd>() == 56);
-    assert!(core::mem::align_of::<BurstEnd>() == 8);
+    assert!(core::mem::size_of::<BurstSlot>() == 64);
+    assert!(core::mem::size_of::<RingPos>() == 64);
     assert!(errors::COUNT as usize == errors::NAMES.len());
     assert!(errors::BURST_EVENTS_FULL < errors::COUNT);
 };
@@ -486,6 +515,8 @@ mod pod {
     unsafe impl aya::Pod for NsHist {}
     unsafe impl aya::Pod for Inflight {}
     unsafe impl aya::Pod for BurstEnd {}
+    unsafe impl aya::Pod for BurstSlot {}
+    unsafe impl aya::Pod for RingPos {}
 }
 
 #[cfg(test)]

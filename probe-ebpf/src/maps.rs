@@ -1,17 +1,17 @@
 //! The maps every program shares, and the small helpers that update them.
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_NOEXIST},
     btf_maps::SkStorage,
     macros::btf_map,
     macros::map,
-    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap},
 };
 use probe_ebpf::{
-    errors, BurstHist, BurstKey, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey, IfaceStats,
-    Inflight, NsHist, PeerKey, PeerTcp, SeriesSlot, SeriesStats, BURSTS_MAX_ENTRIES,
-    BURST_EVENTS_BYTES, CONNS_MAX_ENTRIES, DROP_REASONS_MAX_ENTRIES, FLOWS_MAX_ENTRIES,
-    IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES, QDISC_INFLIGHT_MAX_ENTRIES, SERIES_MAX_ENTRIES,
-    SERIES_SLOTS_DEFAULT,
+    errors, BurstHist, BurstKey, BurstSlot, ConnKey, ConnStats, FlowKey, FlowStats, IfaceKey,
+    IfaceStats, Inflight, NsHist, PeerKey, PeerTcp, RingPos, SeriesSlot, SeriesStats,
+    BURSTS_MAX_ENTRIES, BURST_EVENTS_PER_CPU_DEFAULT, CONNS_MAX_ENTRIES, DROP_REASONS_MAX_ENTRIES,
+    FLOWS_MAX_ENTRIES, IFACES_MAX_ENTRIES, PEERS_MAX_ENTRIES, QDISC_INFLIGHT_MAX_ENTRIES,
+    SERIES_MAX_ENTRIES, SERIES_SLOTS_DEFAULT,
 };
 
 /// Per-flow counters. LRU so that a full map evicts the coldest flow instead of dropping
@@ -73,12 +73,19 @@ pub static SERIES: PerCpuHashMap<BurstKey, SeriesStats> =
 pub static SERIES_SLOTS: PerCpuArray<SeriesSlot> =
     PerCpuArray::with_max_entries(SERIES_SLOTS_DEFAULT, 0);
 
-/// One record per ended burst (probe_ebpf::BurstEnd), drained by user space every tick. A
-/// ring buffer rather than a perf buffer: one buffer shared by all CPUs, records in order,
-/// and a reservation that fails cleanly when full (counted in ERRORS, BURST_EVENTS_FULL).
-/// Sized in probe_ebpf::BURST_EVENTS_BYTES.
+/// One record per ended burst, in a ring per CPU (see probe_ebpf::BurstSlot and RingPos),
+/// drained by user space every 100 ms from its own mapping of the array. Not a BPF ring
+/// buffer: its reservation takes a lock and a line that every CPU shares, 65-135 ns of a TC
+/// run that ends a burst; here each CPU writes only its own lines, and user space reads
+/// without a syscall or a store per record. A full ring refuses the record (counted in
+/// ERRORS, BURST_EVENTS_FULL). The loader sizes both arrays by the possible CPUs.
 #[map(name = "BURST_EVENTS")]
-pub static BURST_EVENTS: RingBuf = RingBuf::with_byte_size(BURST_EVENTS_BYTES, 0);
+pub static BURST_EVENTS: Array<BurstSlot> =
+    Array::with_max_entries(BURST_EVENTS_PER_CPU_DEFAULT, BPF_F_MMAPABLE);
+
+/// Each CPU's head and tail in BURST_EVENTS.
+#[map(name = "BURST_EVENTS_POS")]
+pub static BURST_EVENTS_POS: Array<RingPos> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// Dropped packets by kernel drop reason (skb:kfree_skb).
 #[map(name = "DROPS")]
@@ -156,6 +163,19 @@ pub fn atomic_add(p: *mut u64, v: u64) {
     unsafe {
         core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v);
     }
+}
+
+/// Adds `v` to `*p` with a fully ordered atomic (BPF_FETCH: a full barrier on every JIT),
+/// so that the stores before it are visible to user space before the new value is: the
+/// release of a single writer's position. XADD (atomic_add) orders nothing on arm64.
+#[inline(always)]
+pub fn atomic_publish(p: *mut u64, mut v: u64) {
+    // SAFETY: as atomic_add. The block is also a compiler barrier (it may touch any memory),
+    // so LLVM keeps the record's stores before it.
+    unsafe {
+        core::arch::asm!("{v} = atomic_fetch_add((u64 *)({p} + 0), {v})", p = in(reg) p, v = inout(reg) v);
+    }
+    let _ = v;
 }
 
 /// Bounds a histogram bucket index for the verifier. The index is already clamped, so LLVM

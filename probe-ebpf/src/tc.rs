@@ -6,20 +6,21 @@
 //! Every program returns TC_ACT_UNSPEC (-1): it only observes, the packet goes on as if the
 //! filter were not there.
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_NOEXIST, BPF_RB_NO_WAKEUP, TC_ACT_UNSPEC},
-    helpers::bpf_ktime_get_ns,
+    bindings::{BPF_ANY, BPF_NOEXIST, TC_ACT_UNSPEC},
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::classifier,
     programs::TcContext,
 };
 use probe_ebpf::{
-    errors, log2_bucket, BurstEnd, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight,
-    SeriesSlot, SeriesStats, AF_INET, AF_INET6, DIR_EGRESS, DIR_INGRESS, IFACES_MAX_ENTRIES,
-    QDISC_IFACE_PROBES, SERIES_SLOTS_DEFAULT, SERIES_STALE_NS,
+    errors, log2_bucket, BurstKey, FlowKey, FlowStats, IfaceKey, IfaceStats, Inflight, SeriesSlot,
+    SeriesStats, AF_INET, AF_INET6, BURST_EVENTS_PER_CPU_DEFAULT, DIR_EGRESS, DIR_INGRESS,
+    IFACES_MAX_ENTRIES, QDISC_IFACE_PROBES, SERIES_SLOTS_DEFAULT, SERIES_STALE_NS,
 };
 
 use crate::maps::{
-    atomic_add, bucket_index, count_error, lookup_or_copy, lookup_or_init, zeroed, BURST_EVENTS,
-    FLOWS, NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS, ZERO_BURSTS,
+    atomic_add, atomic_publish, bucket_index, count_error, lookup_or_copy, lookup_or_init, zeroed,
+    BURST_EVENTS, BURST_EVENTS_POS, FLOWS, NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT,
+    SERIES, SERIES_SLOTS, ZERO_BURSTS,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -29,6 +30,10 @@ static BURST_GAP_NS: u64 = 1_000_000;
 /// SERIES_SLOTS' size minus one. Patched by the loader when it resizes the table.
 #[unsafe(no_mangle)]
 static SERIES_SLOTS_MASK: u32 = SERIES_SLOTS_DEFAULT - 1;
+
+/// log2 of BURST_EVENTS' records per CPU. Patched by the loader when it sizes the rings.
+#[unsafe(no_mangle)]
+static BURST_EVENTS_SHIFT: u32 = BURST_EVENTS_PER_CPU_DEFAULT.trailing_zeros();
 
 /// Slots a series may try in its CPU's table before it goes to SERIES.
 const SERIES_PROBES: u32 = 4;
@@ -372,9 +377,9 @@ fn burst_ended(k: &FlowKey, start_ns: u64, size: u64, duration_ns: u64, packets:
     }
 }
 
-/// Writes one BurstEnd record into BURST_EVENTS; false, counted, when the ring is full.
-/// No wakeup: user space drains the ring on its tick instead of polling it, so the kernel
-/// need not queue an irq_work per record.
+/// Writes one BurstEnd record into this CPU's BURST_EVENTS ring; false, counted, when the
+/// ring is full (user space has not yet read the records a ring's length back). Nothing
+/// wakes user space: it drains the rings every 100 ms.
 #[inline(always)]
 fn emit_burst(
     k: &FlowKey,
@@ -384,25 +389,41 @@ fn emit_burst(
     duration_ns: u64,
     packets: u64,
 ) -> bool {
-    let Some(mut e) = BURST_EVENTS.reserve::<BurstEnd>(0) else {
+    // SAFETY: a helper without arguments; BPF programs run with migration off, so the CPU
+    // stays the same for the rest of this run.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let shift = unsafe { core::ptr::read_volatile(&BURST_EVENTS_SHIFT) } & 31;
+    let Some(pos) = BURST_EVENTS_POS.get_ptr_mut(cpu) else {
         count_error(errors::BURST_EVENTS_FULL);
         return false;
     };
-    let p = e.as_mut_ptr();
-    // SAFETY: `p` is the reserved record, sized and 8-byte aligned for a BurstEnd; every
-    // field is written before submit hands it over.
-    unsafe {
-        (*p).start_ns = start_ns;
-        (*p).duration_ns = duration_ns;
-        (*p).bytes = size;
-        (*p).packets = packets;
-        (*p).addr = *addr;
-        (*p).ifindex = k.ifindex;
-        (*p).family = k.family;
-        (*p).direction = k.direction;
-        (*p)._pad = 0;
+    // SAFETY: a live map value. `head` has one writer, this CPU; `tail` is user space's, read
+    // once (volatile: it changes under us).
+    let (head, tail) = unsafe { ((*pos).head, core::ptr::read_volatile(&(*pos).tail)) };
+    let len = 1u64 << shift;
+    if head.wrapping_sub(tail) >= len {
+        count_error(errors::BURST_EVENTS_FULL);
+        return false;
     }
-    e.submit(BPF_RB_NO_WAKEUP as u64);
+    let slot = (cpu << shift) | (head & (len - 1)) as u32;
+    let Some(p) = BURST_EVENTS.get_ptr_mut(slot) else {
+        count_error(errors::BURST_EVENTS_FULL);
+        return false;
+    };
+    // SAFETY: a live map value that user space does not read until `head` passes it.
+    unsafe {
+        let e = &mut (*p).end;
+        e.start_ns = start_ns;
+        e.duration_ns = duration_ns;
+        e.bytes = size;
+        e.packets = packets;
+        e.addr = *addr;
+        e.ifindex = k.ifindex;
+        e.family = k.family;
+        e.direction = k.direction;
+        e._pad = 0;
+        atomic_publish(&mut (*pos).head, 1);
+    }
     true
 }
 

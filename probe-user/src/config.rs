@@ -57,9 +57,10 @@ pub struct MapSizes {
     /// Peers of the per-CPU TCP map; 0: sized by the number of possible CPUs
     /// (`MapSizes::peers_for`).
     pub peers: u32,
-    /// Bytes of the BURST_EVENTS ring (64 per burst end). A full ring loses events, not
-    /// histogram counts (the programs then fold the burst in the kernel).
-    pub burst_events_bytes: u32,
+    /// Bytes of each CPU's BURST_EVENTS ring (64 per burst end); 0: sized by the number of
+    /// possible CPUs (`MapSizes::burst_records_for`). A full ring loses events, not histogram
+    /// counts (the programs then fold the burst in the kernel).
+    pub burst_events_bytes_per_cpu: u32,
     /// Slots per CPU of the per-series counter table (a power of two); 0: sized by the
     /// number of possible CPUs (`MapSizes::series_slots_for`).
     pub series_slots: u32,
@@ -71,7 +72,7 @@ impl Default for MapSizes {
             flows: probe_ebpf::FLOWS_MAX_ENTRIES,
             conns: probe_ebpf::CONNS_MAX_ENTRIES,
             peers: 0,
-            burst_events_bytes: probe_ebpf::BURST_EVENTS_BYTES,
+            burst_events_bytes_per_cpu: 0,
             series_slots: 0,
         }
     }
@@ -92,6 +93,25 @@ impl MapSizes {
             fit.next_power_of_two() / 2
         };
         pow2.clamp(64, probe_ebpf::SERIES_SLOTS_DEFAULT)
+    }
+
+    /// Burst-end records per CPU on a host with `cpus` possible CPUs: as configured, or by
+    /// default as many as keep all rings within 8 MiB of kernel memory, from 1,024 to
+    /// BURST_EVENTS_PER_CPU_DEFAULT per CPU (a power of two). The rings are per CPU because a
+    /// shared one costs every writer a lock; a CPU's ring must hold what that CPU's programs
+    /// write in one 100 ms drain period.
+    pub fn burst_records_for(&self, cpus: usize) -> u32 {
+        let slot = std::mem::size_of::<probe_ebpf::BurstSlot>() as u32;
+        if self.burst_events_bytes_per_cpu != 0 {
+            return self.burst_events_bytes_per_cpu / slot;
+        }
+        let fit = ((8 << 20) / slot as usize / cpus.max(1)) as u32;
+        let pow2 = if fit.is_power_of_two() {
+            fit
+        } else {
+            fit.next_power_of_two() / 2
+        };
+        pow2.clamp(1_024, probe_ebpf::BURST_EVENTS_PER_CPU_DEFAULT)
     }
 
     /// Entries of the per-peer TCP map on a host with `cpus` possible CPUs: as configured,
@@ -339,10 +359,10 @@ impl Config {
                 self.flow_scan
             );
         }
-        let ring = self.maps.burst_events_bytes;
-        if !ring.is_power_of_two() || !(4096..=(256 << 20)).contains(&ring) {
+        let ring = self.maps.burst_events_bytes_per_cpu;
+        if ring != 0 && (!ring.is_power_of_two() || !(4096..=(64 << 20)).contains(&ring)) {
             bail!(
-                "key `maps.burst_events_bytes`: {ring} must be a power of two from 4096 to 268435456"
+                "key `maps.burst_events_bytes_per_cpu`: {ring} must be 0 (sized by CPUs) or a power of two from 4096 to 67108864"
             );
         }
         self.features.validate().map_err(|e| anyhow::anyhow!(e))?;
@@ -414,6 +434,13 @@ mod tests {
         assert_eq!(d.peers_for(2), probe_ebpf::PEERS_MAX_ENTRIES);
         assert_eq!(d.peers_for(128), 1560);
         assert_eq!(d.peers_for(4096), 256);
+        // The burst-end rings: 4,096 records per CPU up to 32 CPUs, then within 8 MiB, at
+        // least 1,024 per CPU.
+        assert_eq!(d.burst_records_for(2), 4096);
+        assert_eq!(d.burst_records_for(32), 4096);
+        assert_eq!(d.burst_records_for(48), 2048);
+        assert_eq!(d.burst_records_for(128), 1024);
+        assert_eq!(d.burst_records_for(4096), 1024);
         let c = from_file("[maps]\npeers = 64\n").unwrap();
         assert_eq!(c.maps.peers_for(128), 64);
         assert!(from_file("[maps]\npeers = 8\n").is_err());
@@ -442,14 +469,19 @@ mod tests {
         assert!(e.contains("tick"), "{e}");
         let e = from_file("[maps]\nflows = 1\n").unwrap_err().to_string();
         assert!(e.contains("maps.flows"), "{e}");
-        for bad in ["1000", "2048", "536870912"] {
-            let e = from_file(&format!("[maps]\nburst_events_bytes = {bad}\n"))
+        for bad in ["1000", "2048", "134217728"] {
+            let e = from_file(&format!("[maps]\nburst_events_bytes_per_cpu = {bad}\n"))
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("maps.burst_events_bytes"), "{e}");
+            assert!(e.contains("maps.burst_events_bytes_per_cpu"), "{e}");
         }
-        let c = from_file("[maps]\nburst_events_bytes = 65536\n").unwrap();
-        assert_eq!(c.maps.burst_events_bytes, 65536);
+        let c = from_file("[maps]\nburst_events_bytes_per_cpu = 65536\n").unwrap();
+        assert_eq!(c.maps.burst_records_for(64), 1024);
+        // The key before the rings were per CPU is refused by name.
+        let e = from_file("[maps]\nburst_events_bytes = 65536\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("burst_events_bytes"), "{e}");
         let e = from_file("listen = \"nowhere\"\n").unwrap_err().to_string();
         assert!(e.contains("listen"), "{e}");
     }

@@ -154,11 +154,11 @@ fn bursts_match_the_generator() {
     );
 }
 
-/// The per-peer histograms are folded in user space from the burst-end ring; a burst the full
-/// ring refuses is folded by the TC program into PEER_BURSTS instead. With the ring at its
-/// smallest (`[maps] burst_events_bytes = 4096`, 64 records, drained every 100 ms) and 100
-/// connections each ending a burst every 100 ms (200 records per round with the ACK bursts
-/// coming back), most events are lost, and the counts must still be exact:
+/// The per-peer histograms are folded in user space from the burst-end rings; a burst its
+/// CPU's full ring refuses is folded by the TC program into PEER_BURSTS instead. With the rings
+/// at their smallest (`[maps] burst_events_bytes_per_cpu = 4096`, 64 records per CPU, drained
+/// every 100 ms) and 100 connections each ending a burst every 100 ms (200 records per round
+/// with the ACK bursts coming back), most events are lost, and the counts must still be exact:
 /// - each connection's egress ends 1 + ROUNDS bursts: the handshake (SYN, then the ACK of
 ///   the SYN-ACK, microseconds apart), then one per round of small writes 100 ms apart; the
 ///   last round's is ended by a 1-byte marker whose own burst never ends before the scrape;
@@ -176,7 +176,7 @@ fn burst_counts_stay_exact_when_the_event_ring_is_full() {
     kernel::add_counting_pfifo(&pair.a, iface).unwrap();
     let fifo_sent = || kernel::counting_pfifo(&pair.a, iface).unwrap().sent_bytes;
     let cfg = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(cfg.path(), "[maps]\nburst_events_bytes = 4096\n").unwrap();
+    std::fs::write(cfg.path(), "[maps]\nburst_events_bytes_per_cpu = 4096\n").unwrap();
     let mut opts = ProbeOpts::iface(iface).tick("500ms");
     opts.extra = vec![
         "--burst-gap".into(),
@@ -224,7 +224,7 @@ fn burst_counts_stay_exact_when_the_event_ring_is_full() {
     eprintln!("{report}");
     assert!(
         lost > expected / 2.0,
-        "the 4 KiB ring should have lost most events\n{report}"
+        "the 4 KiB rings should have lost most events\n{report}"
     );
     assert!(
         rel_diff(db, expected) <= RING_TOLERANCE,

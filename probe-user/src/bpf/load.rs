@@ -81,6 +81,9 @@ impl Loaded {
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("reading {path}: {e}"))?;
         let slots = cfg.maps.series_slots_for(cpus);
         let slots_mask = slots - 1;
+        let burst_records = cfg.maps.burst_records_for(cpus);
+        let burst_shift = burst_records.trailing_zeros();
+        let cpus_u32 = u32::try_from(cpus).context("more CPUs than a map can index")?;
         let mut loader = EbpfLoader::new();
         loader
             .override_global(globals::BURST_GAP_NS, &gap_ns, true)
@@ -89,7 +92,14 @@ impl Loaded {
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
-            .map_max_entries(names::BURST_EVENTS, cfg.maps.burst_events_bytes);
+            .override_global(globals::BURST_EVENTS_SHIFT, &burst_shift, true)
+            .map_max_entries(
+                names::BURST_EVENTS,
+                burst_records
+                    .checked_mul(cpus_u32)
+                    .context("the burst-end rings are too large for one map")?,
+            )
+            .map_max_entries(names::BURST_EVENTS_POS, cpus_u32);
         let offsets: Vec<(&'static str, u32)> = [&retx, &drops, &qdisc]
             .into_iter()
             .filter_map(|r| r.as_ref().ok())

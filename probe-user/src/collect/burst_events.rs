@@ -1,17 +1,15 @@
-//! Burst ends streamed by the TC programs through the BURST_EVENTS ring buffer, one record
-//! per ended burst (never per packet): the fine-grained timing a 1 s tick cannot see.
+//! Burst ends streamed by the TC programs through the per-CPU BURST_EVENTS rings
+//! (`burst_ring`), one record per ended burst (never per packet): the fine-grained timing a
+//! 1 s tick cannot see.
 //!
-//! A thread (`probe-ring`) drains the ring every DRAIN_EVERY, and each tick drains it once
-//! more and takes what was read since the last tick. The kernel writes with
-//! BPF_RB_NO_WAKEUP (nothing polls), so the ring only has to hold 100 ms of burst ends,
-//! not a tick's: 512 KiB holds 8,192 of them. The ring's pages are resident twice in the
-//! daemon (the kernel maps its data area twice, and populates it at mmap), so the 4 MiB
-//! ring that a once-a-tick drain needed cost 8 MiB of RSS.
+//! A thread (`probe-ring`) drains the rings every DRAIN_EVERY, and each tick drains them once
+//! more and takes what was read since the last tick. Nothing wakes user space, so a CPU's
+//! ring only has to hold 100 ms of that CPU's burst ends, not a tick's: 4,096 by default.
 //!
 //! Every record read is folded into its peer's histograms (`BurstRecords`, exact counts);
 //! at most MAX_EVENTS_PER_TICK are kept as events, and reading stops at twice that until the next
 //! tick, so a tick's work is bounded even while the programs keep writing. Lost events are
-//! counted in two places: the kernel counts reservations the full ring refused (ERRORS slot
+//! counted in two places: the kernel counts records a full ring refused (ERRORS slot
 //! BURST_EVENTS_FULL; the program folds those bursts into PEER_BURSTS itself), and this
 //! collector counts what it read beyond the per-tick cap. Kernel monotonic times become
 //! wall-clock seconds, and interface and peer are named as the flow collector names them.
@@ -31,11 +29,10 @@ use std::{
     time::Duration,
 };
 
-use aya::maps::{MapData, RingBuf};
 use probe_ebpf::{Addr, BurstEnd, FlowKey, FlowStats, DIR_EGRESS, DIR_INGRESS};
 use rustc_hash::FxHashMap;
 
-use super::{burst_records::BurstRecords, direction_label};
+use super::{burst_records::BurstRecords, burst_ring::BurstRing, direction_label};
 use crate::{
     observe::{BurstLabel, TickBurst, TickBursts},
     snapshot::{ip_from_abi, peer_label},
@@ -48,9 +45,9 @@ pub const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// burst every 100 ms, well above a training host's connection count).
 pub const MAX_EVENTS_PER_TICK: usize = 1 << 16;
 
-/// What the drains read since the last tick, and the ring they read it from.
+/// What the drains read since the last tick, and the rings they read it from.
 struct Drained {
-    ring: RingBuf<MapData>,
+    ring: BurstRing,
     records: BurstRecords,
     /// Records read since the last tick (reading stops at 2 x MAX_EVENTS_PER_TICK).
     read: usize,
@@ -66,21 +63,15 @@ impl Drained {
             read,
             dropped,
         } = self;
-        while *read < 2 * MAX_EVENTS_PER_TICK {
-            let Some(item) = ring.next() else {
-                break;
-            };
-            let Some(r) = parse(&item) else {
-                continue;
-            };
-            *read += 1;
-            // Only the ring's records have rows until the tick takes them.
+        let budget = (2 * MAX_EVENTS_PER_TICK).saturating_sub(*read);
+        *read += ring.read(budget, |r| {
+            // Only the rings' records have rows until the tick takes them.
             let keep = records.rows().len() < MAX_EVENTS_PER_TICK;
-            records.fold(&r, keep);
+            records.fold(r, keep);
             if !keep {
                 *dropped += 1;
             }
-        }
+        });
     }
 }
 
@@ -98,7 +89,7 @@ fn lock(m: &Mutex<Drained>) -> std::sync::MutexGuard<'_, Drained> {
 impl BurstEventCollector {
     /// Starts the drain thread. Without a thread (the system refused one) the ticks still
     /// drain, and a ring too small for a tick loses events (counted).
-    pub fn new(ring: RingBuf<MapData>) -> Self {
+    pub fn new(ring: BurstRing) -> Self {
         let drained = Arc::new(Mutex::new(Drained {
             ring,
             records: BurstRecords::default(),
@@ -126,7 +117,7 @@ impl BurstEventCollector {
         }
     }
 
-    /// Drains the ring once more and takes the records read since the last tick: the
+    /// Drains the rings once more and takes the records read since the last tick: the
     /// per-peer folds of all of them, and at most MAX_EVENTS_PER_TICK kept as events.
     pub fn take(&mut self) -> BurstRecords {
         let mut d = lock(&self.drained);
@@ -148,16 +139,6 @@ impl Drop for BurstEventCollector {
             let _ = t.join();
         }
     }
-}
-
-/// A record as the kernel wrote it, or None if it is too short (it never is: the programs
-/// reserve exactly a BurstEnd).
-pub fn parse(bytes: &[u8]) -> Option<BurstEnd> {
-    if bytes.len() < std::mem::size_of::<BurstEnd>() {
-        return None;
-    }
-    // SAFETY: long enough (checked above), and BurstEnd is Pod: any bytes are a valid value.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<BurstEnd>()) })
 }
 
 /// The burst in progress of a flow removed for idleness, from its last reading: it ended at
@@ -308,20 +289,6 @@ mod tests {
             direction: DIR_EGRESS,
             _pad: 0,
         }
-    }
-
-    #[test]
-    fn parses_the_kernel_layout() {
-        let r = record(7, 3, [10, 0, 0, 2]);
-        // SAFETY: a plain-data struct viewed as its bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&r as *const BurstEnd).cast::<u8>(),
-                std::mem::size_of::<BurstEnd>(),
-            )
-        };
-        assert_eq!(parse(bytes), Some(r));
-        assert_eq!(parse(&bytes[..40]), None);
     }
 
     /// Found by the burst_events fuzz target: a start time past i64::MAX wrapped negative

@@ -4,6 +4,7 @@ pub mod assemble;
 pub mod batch;
 pub mod burst_events;
 pub mod burst_records;
+pub mod burst_ring;
 pub mod bursts;
 pub mod conns;
 pub mod delta;
@@ -21,11 +22,12 @@ use std::{collections::HashMap, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
     Ebpf,
 };
 use probe_ebpf::{errors, names, DIR_EGRESS};
 
+use self::burst_ring::BurstRing;
 use crate::snapshot::{
     ip_from_abi, peer_label, BurstSeries, DropSeries, FlowDetail, FlowSeries, MapFull, NonIpSeries,
     Snapshot, SojournSeries,
@@ -63,6 +65,17 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Maps the burst-end rings, sized as the loader left them (records per CPU: the array's
+/// entries over the possible CPUs).
+fn burst_ring(slots: aya::maps::Map, pos: aya::maps::Map, cpus: usize) -> Result<BurstRing> {
+    let (aya::maps::Map::Array(slots), aya::maps::Map::Array(pos)) = (slots, pos) else {
+        anyhow::bail!("the burst-end rings are not arrays");
+    };
+    let entries = slots.info().context("BURST_EVENTS")?.max_entries();
+    let records = entries / u32::try_from(cpus.max(1)).unwrap_or(u32::MAX);
+    BurstRing::new(&slots, &pos, cpus, records)
 }
 
 impl Collector {
@@ -103,7 +116,11 @@ impl Collector {
         let drops = PerCpuHashMap::try_from(take(names::DROPS)?)?;
         let sojourn = BpfHashMap::try_from(take(names::QDISC_SOJOURN)?)?;
         let errors = PerCpuArray::try_from(take(names::ERRORS)?)?;
-        let ring = RingBuf::try_from(take(names::BURST_EVENTS)?)?;
+        let ring = burst_ring(
+            take(names::BURST_EVENTS)?,
+            take(names::BURST_EVENTS_POS)?,
+            cpus,
+        )?;
         Ok(Self {
             series: series::SeriesCounters::new(
                 cpus,
