@@ -133,6 +133,8 @@ pub mod globals {
     pub const SERIES_SLOTS_MASK: &str = "SERIES_SLOTS_MASK";
     /// u32: log2 of the burst-end records per CPU in BURST_EVENTS.
     pub const BURST_EVENTS_SHIFT: &str = "BURST_EVENTS_SHIFT";
+    /// u32: 1 on x86-64, whose stores are seen in program order (see RingPos).
+    pub const STORES_ARE_ORDERED: &str = "STORES_ARE_ORDERED";
     /// u32 offsets of fields in the `tcp:tcp_retransmit_skb` tracepoint record, read by the
     /// loader from the event's `format` file because they differ between kernels.
     pub const RETX_OFF_FAMILY: &str = "RETX_OFF_FAMILY";
@@ -382,8 +384,9 @@ pub struct BurstSlot {
 /// CPU; one cache line each). Both count records since load (a u64 does not wrap); the
 /// record of count n is in slot n & (records per CPU - 1) of the CPU's ring.
 /// - `head` is written only by the programs on that CPU (one writer: TC runs with bottom
-///   halves off, so two runs never interleave on one CPU), and published after the record
-///   with a fully ordered atomic add;
+///   halves off, so two runs never interleave on one CPU), and published after the record:
+///   with a plain store on x86-64, whose stores are seen in program order, elsewhere with a
+///   fully ordered atomic add;
 /// - `tail` is written only by user space, after it has copied the records before it. The
 ///   program refuses a record while head - tail is the ring's size.
 #[repr(C)]

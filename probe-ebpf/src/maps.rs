@@ -178,6 +178,17 @@ pub fn atomic_publish(p: *mut u64, mut v: u64) {
     let _ = v;
 }
 
+/// Stores `v` at `p` after every store before it, on a CPU whose stores are seen in program
+/// order (x86-64: the JIT keeps BPF's order, and the CPU's total store order does the rest).
+/// The asm block is the compiler barrier: LLVM keeps earlier stores before it.
+#[inline(always)]
+pub fn store_release_tso(p: *mut u64, v: u64) {
+    // SAFETY: `p` points into a live map value, 8-byte aligned.
+    unsafe {
+        core::arch::asm!("*(u64 *)({p} + 0) = {v}", p = in(reg) p, v = in(reg) v);
+    }
+}
+
 /// Bounds a histogram bucket index for the verifier. The index is already clamped, so LLVM
 /// would drop a plain `& 31` as redundant and the verifier would see an unbounded offset; an
 /// AND it cannot see through keeps the bound explicit.

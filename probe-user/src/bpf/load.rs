@@ -21,6 +21,10 @@ use crate::{
 /// The compiled eBPF object, embedded at build time by build.rs.
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe"));
 
+/// The programs run on this machine's CPU: on x86-64 they publish a burst-end ring's head
+/// with a plain store (see probe_ebpf::RingPos).
+const STORES_ARE_ORDERED: u32 = if cfg!(target_arch = "x86_64") { 1 } else { 0 };
+
 /// Which host-wide hooks are attached. Exported as probe_hook_attached{hook}.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
@@ -93,6 +97,7 @@ impl Loaded {
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
             .override_global(globals::BURST_EVENTS_SHIFT, &burst_shift, true)
+            .override_global(globals::STORES_ARE_ORDERED, &STORES_ARE_ORDERED, true)
             .map_max_entries(
                 names::BURST_EVENTS,
                 burst_records
