@@ -75,9 +75,9 @@ pub static SERIES_SLOTS: PerCpuArray<SeriesSlot> =
 
 /// One record per ended burst, in a ring per CPU (see probe_ebpf::BurstSlot and RingPos),
 /// drained by user space every 100 ms from its own mapping of the array. Not a BPF ring
-/// buffer: its reservation takes a lock and a line that every CPU shares, 65-135 ns of a TC
-/// run that ends a burst; here each CPU writes only its own lines, and user space reads
-/// without a syscall or a store per record. A full ring refuses the record (counted in
+/// buffer: its reservation takes a lock and writes a position every CPU shares, and its
+/// submit is a locked exchange; here each CPU writes only its own lines, without a locked
+/// instruction on x86-64, and user space reads without a syscall or a store per record. A full ring refuses the record (counted in
 /// ERRORS, BURST_EVENTS_FULL). The loader sizes both arrays by the possible CPUs.
 #[map(name = "BURST_EVENTS")]
 pub static BURST_EVENTS: Array<BurstSlot> =
