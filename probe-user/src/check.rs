@@ -31,6 +31,18 @@ impl Report {
     }
 }
 
+/// The oldest kernel the eBPF object loads on as built: mmapable arrays (5.5) and BPF atomics
+/// with fetch (5.12), which the burst-end rings use.
+const MIN_KERNEL: (u32, u32) = (5, 12);
+
+/// (major, minor) of a kernel release string such as "6.18.44-cloud-amd64".
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> {
     let mut r = Report { lines: Vec::new() };
     r.add(
@@ -99,7 +111,17 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|e| format!("unknown ({e})"));
-    r.add(Level::Ok, "kernel", release);
+    match kernel_version(&release) {
+        Some(v) if v < MIN_KERNEL => r.add(
+            Level::Warn,
+            "kernel",
+            format!(
+                "{release}: the eBPF programs need Linux >= {}.{} (mmapable arrays, BPF atomics with fetch) and will not load unless those were backported",
+                MIN_KERNEL.0, MIN_KERNEL.1
+            ),
+        ),
+        _ => r.add(Level::Ok, "kernel", release),
+    }
     if Path::new("/sys/kernel/btf/vmlinux").is_file() {
         r.add(Level::Ok, "BTF", "/sys/kernel/btf/vmlinux");
     } else {
@@ -247,4 +269,20 @@ fn tracefs_in_mount_table() -> bool {
         m.lines()
             .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions_compare_by_major_then_minor() {
+        assert_eq!(kernel_version("6.18.44-cloud-amd64"), Some((6, 18)));
+        assert_eq!(kernel_version("5.4.0-150-generic"), Some((5, 4)));
+        assert_eq!(kernel_version("4.18.0-553.el8_10.x86_64"), Some((4, 18)));
+        assert_eq!(kernel_version("unknown (No such file)"), None);
+        assert!(kernel_version("5.10.0").unwrap() < MIN_KERNEL);
+        assert!(kernel_version("5.12.1").unwrap() >= MIN_KERNEL);
+        assert!(kernel_version("6.1.0").unwrap() >= MIN_KERNEL);
+    }
 }
