@@ -77,8 +77,9 @@ pub static SERIES_SLOTS: PerCpuArray<SeriesSlot> =
 /// drained by user space every 100 ms from its own mapping of the array. Not a BPF ring
 /// buffer: its reservation takes a lock and writes a position every CPU shares, and its
 /// submit is a locked exchange; here each CPU writes only its own lines, without a locked
-/// instruction on x86-64, and user space reads without a syscall or a store per record. A full ring refuses the record (counted in
-/// ERRORS, BURST_EVENTS_FULL). The loader sizes both arrays by the possible CPUs.
+/// instruction on x86-64, and user space reads without a syscall or a store per record. A
+/// full ring refuses the record (counted in ERRORS, BURST_EVENTS_FULL). The loader sizes
+/// both arrays by the possible CPUs.
 #[map(name = "BURST_EVENTS")]
 pub static BURST_EVENTS: Array<BurstSlot> =
     Array::with_max_entries(BURST_EVENTS_PER_CPU_DEFAULT, BPF_F_MMAPABLE);
@@ -169,13 +170,12 @@ pub fn atomic_add(p: *mut u64, v: u64) {
 /// so that the stores before it are visible to user space before the new value is: the
 /// release of a single writer's position. XADD (atomic_add) orders nothing on arm64.
 #[inline(always)]
-pub fn atomic_publish(p: *mut u64, mut v: u64) {
+pub fn atomic_publish(p: *mut u64, v: u64) {
     // SAFETY: as atomic_add. The block is also a compiler barrier (it may touch any memory),
     // so LLVM keeps the record's stores before it.
     unsafe {
-        core::arch::asm!("{v} = atomic_fetch_add((u64 *)({p} + 0), {v})", p = in(reg) p, v = inout(reg) v);
+        core::arch::asm!("{v} = atomic_fetch_add((u64 *)({p} + 0), {v})", p = in(reg) p, v = inout(reg) v => _);
     }
-    let _ = v;
 }
 
 /// Stores `v` at `p` after every store before it, on a CPU whose stores are seen in program

@@ -78,6 +78,12 @@ impl Default for MapSizes {
     }
 }
 
+/// The largest power of two at most `n` (0 for 0): a per-CPU share rounded down to a size
+/// the kernel side can mask with.
+fn pow2_at_most(n: u32) -> u32 {
+    n.checked_ilog2().map_or(0, |b| 1 << b)
+}
+
 impl MapSizes {
     /// The series table's slots per CPU on a host with `cpus` possible CPUs: as configured,
     /// or by default as many as keep the whole table (read every tick) at 65,536 slots, 4 MiB,
@@ -86,13 +92,7 @@ impl MapSizes {
         if self.series_slots != 0 {
             return self.series_slots;
         }
-        let fit = (65_536 / cpus.max(1)) as u32;
-        let pow2 = if fit.is_power_of_two() {
-            fit
-        } else {
-            fit.next_power_of_two() / 2
-        };
-        pow2.clamp(64, probe_ebpf::SERIES_SLOTS_DEFAULT)
+        pow2_at_most((65_536 / cpus.max(1)) as u32).clamp(64, probe_ebpf::SERIES_SLOTS_DEFAULT)
     }
 
     /// Burst-end records per CPU on a host with `cpus` possible CPUs: as configured, or by
@@ -106,12 +106,7 @@ impl MapSizes {
             return self.burst_events_bytes_per_cpu / slot;
         }
         let fit = ((8 << 20) / slot as usize / cpus.max(1)) as u32;
-        let pow2 = if fit.is_power_of_two() {
-            fit
-        } else {
-            fit.next_power_of_two() / 2
-        };
-        pow2.clamp(1_024, probe_ebpf::BURST_EVENTS_PER_CPU_DEFAULT)
+        pow2_at_most(fit).clamp(1_024, probe_ebpf::BURST_EVENTS_PER_CPU_DEFAULT)
     }
 
     /// Entries of the per-peer TCP map on a host with `cpus` possible CPUs: as configured,

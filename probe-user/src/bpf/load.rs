@@ -23,7 +23,7 @@ pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_
 
 /// The programs run on this machine's CPU: on x86-64 they publish a burst-end ring's head
 /// with a plain store (see probe_ebpf::RingPos).
-const STORES_ARE_ORDERED: u32 = if cfg!(target_arch = "x86_64") { 1 } else { 0 };
+const STORES_ARE_ORDERED: u32 = cfg!(target_arch = "x86_64") as u32;
 
 /// Which host-wide hooks are attached. Exported as probe_hook_attached{hook}.
 #[derive(Debug, Clone, Default)]
