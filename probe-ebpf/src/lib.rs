@@ -377,7 +377,11 @@ pub struct BurstEnd {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BurstSlot {
     pub end: BurstEnd,
-    pub _pad: u64,
+    /// 1 + the index of the burst's series in the writing CPU's SERIES_SLOTS, 0 when the
+    /// series has no slot there. Only a hint: user space files the record by (CPU, slot)
+    /// without hashing its key, and checks the key (a slot can change series).
+    pub series_slot: u32,
+    pub _pad: u32,
 }
 
 /// A CPU's positions in its BURST_EVENTS ring (BURST_EVENTS_POS, an mmapable array indexed by

@@ -214,7 +214,7 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     };
     let wire_bytes = len + (segs - 1) * hdr_len;
     let now = unsafe { bpf_ktime_get_ns() };
-    count_series(&key, now, wire_bytes, segs, ecn);
+    let series_slot = count_series(&key, now, wire_bytes, segs, ecn);
 
     let init = || FlowStats {
         first_seen_ns: now,
@@ -256,7 +256,7 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
         s.burst_start_ns = now;
         s.burst_bytes = 0;
         s.burst_start_packets = packets_before;
-        burst_ended(&key, start, size, duration, packets);
+        burst_ended(&key, start, size, duration, packets, series_slot);
     }
     s.burst_bytes += wire_bytes;
     s.last_seen_ns = now;
@@ -265,8 +265,9 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
 /// Adds the packet to its series (peer, interface, direction): the exported per-series
 /// counters, which the daemon then reads without walking every flow. In this CPU's table
 /// when the series has (or finds) one of the few slots its hash points at, else in SERIES.
+/// Returns 1 + the slot's index, or 0 for SERIES (BurstSlot::series_slot).
 #[inline(always)]
-fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
+fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) -> u32 {
     let ce = if ecn == 0x3 { segs } else { 0 };
     let ect = if ecn != 0 { segs } else { 0 };
     let addr = if k.direction == DIR_EGRESS {
@@ -282,7 +283,8 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
     let mask = unsafe { core::ptr::read_volatile(&SERIES_SLOTS_MASK) };
     let mut i = 0u32;
     while i < SERIES_PROBES {
-        let Some(p) = SERIES_SLOTS.get_ptr_mut(h.wrapping_add(i) & mask) else {
+        let index = h.wrapping_add(i) & mask;
+        let Some(p) = SERIES_SLOTS.get_ptr_mut(index) else {
             break;
         };
         // SAFETY: this CPU's slot: no other writer during this run.
@@ -293,7 +295,7 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
             s.packets += segs;
             s.ce_packets += ce;
             s.ect_packets += ect;
-            return;
+            return index + 1;
         }
         if s.tag == 0 || now.saturating_sub(s.last_ns) > SERIES_STALE_NS {
             // Free, or its series has long been read for the last time: start this one.
@@ -304,7 +306,7 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
             s.packets = segs;
             s.ce_packets = ce;
             s.ect_packets = ect;
-            return;
+            return index + 1;
         }
         i += 1;
     }
@@ -323,7 +325,8 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
         }
     };
     if let Some(p) = SERIES.get_ptr_mut(&key) {
-        return add(p);
+        add(p);
+        return 0;
     }
     let v = SeriesStats {
         bytes,
@@ -333,12 +336,13 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
     };
     // NOEXIST: if another CPU created the series meanwhile, add to this CPU's part of it.
     if SERIES.insert(&key, &v, BPF_NOEXIST as u64).is_ok() {
-        return;
+        return 0;
     }
     match SERIES.get_ptr_mut(&key) {
         Some(p) => add(p),
         None => count_error(errors::SERIES_FULL),
     }
+    0
 }
 
 /// Streams an ended burst to user space, which folds the records into the per-peer
@@ -347,13 +351,20 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) {
 /// was most of this path's cost: a second hash lookup and five atomic adds on cache lines
 /// that every CPU sending to that peer writes. Runs once per burst, not per packet.
 #[inline(always)]
-fn burst_ended(k: &FlowKey, start_ns: u64, size: u64, duration_ns: u64, packets: u64) {
+fn burst_ended(
+    k: &FlowKey,
+    start_ns: u64,
+    size: u64,
+    duration_ns: u64,
+    packets: u64,
+    series_slot: u32,
+) {
     let addr = if k.direction == DIR_EGRESS {
         &k.dst
     } else {
         &k.src
     };
-    if emit_burst(k, addr, start_ns, size, duration_ns, packets) {
+    if emit_burst(k, addr, start_ns, size, duration_ns, packets, series_slot) {
         return;
     }
     let mut key: BurstKey = zeroed();
@@ -395,6 +406,7 @@ fn emit_burst(
     size: u64,
     duration_ns: u64,
     packets: u64,
+    series_slot: u32,
 ) -> bool {
     // SAFETY: a helper without arguments; BPF programs run with migration off, so the CPU
     // stays the same for the rest of this run.
@@ -429,6 +441,7 @@ fn emit_burst(
         e.family = k.family;
         e.direction = k.direction;
         e._pad = 0;
+        (*p).series_slot = series_slot;
         if core::ptr::read_volatile(&STORES_ARE_ORDERED) != 0 {
             store_release_tso(&mut (*pos).head, head + 1);
         } else {

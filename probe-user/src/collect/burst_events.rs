@@ -32,7 +32,11 @@ use std::{
 use probe_ebpf::{Addr, BurstEnd, FlowKey, FlowStats, DIR_EGRESS, DIR_INGRESS};
 use rustc_hash::FxHashMap;
 
-use super::{burst_records::BurstRecords, burst_ring::BurstRing, direction_label};
+use super::{
+    burst_records::{BurstRecords, Row},
+    burst_ring::BurstRing,
+    direction_label,
+};
 use crate::{
     observe::{BurstLabel, TickBurst, TickBursts},
     snapshot::{ip_from_abi, peer_label},
@@ -64,10 +68,10 @@ impl Drained {
             dropped,
         } = self;
         let budget = (2 * MAX_EVENTS_PER_TICK).saturating_sub(*read);
-        *read += ring.read(budget, |r| {
+        *read += ring.read(budget, |cpu, s| {
             // Only the rings' records have rows until the tick takes them.
             let keep = records.rows().len() < MAX_EVENTS_PER_TICK;
-            records.fold(r, keep);
+            records.fold_slot(cpu, s, keep);
             if !keep {
                 *dropped += 1;
             }
@@ -192,6 +196,49 @@ fn start_unix(start_ns: u64, offset_ns: i64) -> f64 {
         * 1e-9
 }
 
+/// The indices of `records`' rows in start order; equal starts (rare) in the order of the
+/// rest of the key (rows equal in all of it are the same burst twice, and either order is
+/// the same output).
+fn start_order(records: &BurstRecords) -> Vec<u32> {
+    let (lo, hi) = records.rows().iter().fold((u64::MAX, 0), |(lo, hi), r| {
+        (lo.min(r.start_ns), hi.max(r.start_ns))
+    });
+    // A tick's starts span a second or two: as offsets from the first they fit a u32, and
+    // the sort moves (u32, u32) pairs, half the bytes of (u64, u32) ones.
+    if u32::try_from(hi.saturating_sub(lo)).is_ok() {
+        sorted_by(records, |r| (r.start_ns - lo) as u32)
+    } else {
+        sorted_by(records, |r| r.start_ns)
+    }
+}
+
+/// `start_order` by `key`, which orders rows as their starts do. Sorted as (key, index)
+/// pairs, not as rows: a tick's 30,000 rows are 1.2 MB. A radix sort, which skips the
+/// bytes all keys share: it was a third of the cost of a comparison sort, stable or not, on
+/// nearly sorted starts (they come in end order).
+fn sorted_by<K: radsort::Key + PartialEq>(
+    records: &BurstRecords,
+    key: impl Fn(&Row) -> K,
+) -> Vec<u32> {
+    let rows = records.rows();
+    let mut order: Vec<(K, u32)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (key(r), i as u32))
+        .collect();
+    radsort::sort_by_key(&mut order, |p| p.0);
+    let tie = |i: u32| {
+        let k = records.key(&rows[i as usize]);
+        (k.ifindex, k.direction, k.family, k.addr)
+    };
+    for run in order.chunk_by_mut(|a, b| a.0 == b.0) {
+        if run.len() > 1 {
+            run.sort_by_key(|p| tie(p.1));
+        }
+    }
+    order.into_iter().map(|(_, i)| i).collect()
+}
+
 /// The tick's events of `records`, in start order (ties by interface index, direction,
 /// address), each (interface, direction, peer) named once. Records of interfaces not in
 /// `ifnames` (detached this tick) or of an unknown address family are left out. The tick's
@@ -202,27 +249,7 @@ pub fn events(
     ifnames: &HashMap<u32, String>,
 ) -> TickBursts {
     let rows = records.rows();
-    // Sorted as (start, index) pairs, 16 bytes each, not as rows: a tick's 30,000 rows are
-    // 1.2 MB. A radix sort: the starts of a tick span a second or two, so it makes four
-    // passes over the low bytes and skips the rest. It was a third of the cost of a
-    // comparison sort, stable or not, on nearly sorted starts (they come in end order).
-    let mut order: Vec<(u64, u32)> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.start_ns, i as u32))
-        .collect();
-    radsort::sort_by_key(&mut order, |p| p.0);
-    // Equal starts (rare) in the order of the rest of the key; rows equal in all of it are
-    // the same burst twice, and either order is the same output.
-    let tie = |i: u32| {
-        let k = records.key(&rows[i as usize]);
-        (k.ifindex, k.direction, k.family, k.addr)
-    };
-    for run in order.chunk_by_mut(|a, b| a.0 == b.0) {
-        if run.len() > 1 {
-            run.sort_by_key(|p| tie(p.1));
-        }
-    }
+    let order = start_order(records);
     let directions: [Arc<str>; 2] = [DIR_INGRESS, DIR_EGRESS].map(|d| direction_label(d).into());
     let mut ifaces: FxHashMap<u32, Option<Arc<str>>> = FxHashMap::default();
     let mut peers: FxHashMap<(u8, Addr), Option<Arc<str>>> = FxHashMap::default();
@@ -231,7 +258,7 @@ pub fn events(
     let mut named: Vec<Option<Option<u32>>> = vec![None; records.keys().len()];
     let mut labels = Vec::new();
     let mut events = Vec::with_capacity(rows.len());
-    for r in order.iter().map(|&(_, i)| &rows[i as usize]) {
+    for r in order.iter().map(|&i| &rows[i as usize]) {
         let label = *named[r.key as usize].get_or_insert_with(|| {
             let k = records.key(r);
             let iface = ifaces
@@ -431,8 +458,8 @@ mod cost {
     use super::*;
 
     /// `cargo test --release -p probe-user burst_events_cost -- --ignored --nocapture`:
-    /// a tick of the bench's shape (64 peers, both directions), as the drain files it and
-    /// as the tick names it.
+    /// a tick of the bench's shape (64 peers, both directions), as the drain files it (and,
+    /// beside it, filed by hashing each key) and as the tick names it.
     #[test]
     #[ignore = "a measurement, run in release"]
     fn burst_events_cost() {
@@ -457,18 +484,43 @@ mod cost {
                 _pad: 0,
             })
             .collect();
-        let (mut filed, mut named) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+        // As the rings hand them over: two CPUs, each series in one slot of each.
+        let slots: Vec<(usize, probe_ebpf::BurstSlot)> = recs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let series_slot = 1 + (i % 128) as u32 * 7;
+                let (end, _pad) = (*r, 0);
+                (
+                    i / 7 % 2,
+                    probe_ebpf::BurstSlot {
+                        end,
+                        series_slot,
+                        _pad,
+                    },
+                )
+            })
+            .collect();
+        let zero = std::time::Duration::ZERO;
+        let (mut by_key, mut filed, mut named) = (zero, zero, zero);
         let mut n = 0;
         for _ in 0..20 {
             let t = std::time::Instant::now();
-            let records = BurstRecords::folded(&recs);
+            std::hint::black_box(BurstRecords::folded(&recs));
+            by_key += t.elapsed();
+            let t = std::time::Instant::now();
+            let mut records = BurstRecords::default();
+            for (cpu, s) in &slots {
+                records.fold_slot(*cpu, s, true);
+            }
             filed += t.elapsed();
             let t = std::time::Instant::now();
             n += events(&records, 0, &ifnames).events.len();
             named += t.elapsed();
         }
         eprintln!(
-            "per 40,000 records: filed (fold, key) {:.2} ms, named and sorted {:.2} ms ({n})",
+            "per 40,000 records: filed by key {:.2} ms, by slot hint {:.2} ms; named and sorted {:.2} ms ({n})",
+            by_key.as_secs_f64() * 1e3 / 20.0,
             filed.as_secs_f64() * 1e3 / 20.0,
             named.as_secs_f64() * 1e3 / 20.0
         );

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use aya::maps::MapData;
-use probe_ebpf::{BurstEnd, BurstSlot, RingPos};
+use probe_ebpf::{BurstSlot, RingPos};
 
 /// A shared mapping of an mmapable BPF array's values, unmapped on drop. The mapping keeps
 /// the map alive by itself (the kernel holds a reference for it), so no fd is kept.
@@ -92,9 +92,10 @@ impl BurstRing {
         })
     }
 
-    /// Hands `f` the records the programs wrote since the last read, CPU by CPU, at most
-    /// `max` of them, and frees their slots for the programs. Returns how many it handed.
-    pub fn read(&mut self, max: usize, mut f: impl FnMut(&BurstEnd)) -> usize {
+    /// Hands `f` the records the programs wrote since the last read, CPU by CPU (with the
+    /// CPU), at most `max` of them, and frees their slots for the programs. Returns how many
+    /// it handed.
+    pub fn read(&mut self, max: usize, mut f: impl FnMut(usize, &BurstSlot)) -> usize {
         let mut n = 0usize;
         for i in 0..self.cpus {
             if n >= max {
@@ -134,7 +135,7 @@ impl BurstRing {
                             .add(slot as usize),
                     )
                 };
-                f(&r.end);
+                f(cpu, &r);
             }
             // Release: the copies above are done before the program may reuse the slots.
             tail.store(t + take, Ordering::Release);
@@ -151,7 +152,7 @@ impl BurstRing {
 #[cfg(test)]
 mod tests {
     use aya::maps::{Array, Map};
-    use probe_ebpf::names;
+    use probe_ebpf::{names, BurstEnd};
 
     use super::*;
 
@@ -164,13 +165,17 @@ mod tests {
                 bytes: 100 + n,
                 ..BurstEnd::default()
             },
+            series_slot: n as u32,
             _pad: 0,
         }
     }
 
     fn read(ring: &mut BurstRing, max: usize) -> Vec<u64> {
         let mut got = Vec::new();
-        let n = ring.read(max, |r| got.push(r.start_ns));
+        let n = ring.read(max, |cpu, r| {
+            assert_eq!(r.series_slot as u64, r.end.start_ns, "the whole slot");
+            got.push(r.end.start_ns + cpu as u64 * 1000)
+        });
         assert_eq!(n, got.len());
         got
     }
@@ -214,9 +219,9 @@ mod tests {
         }
         write(1, 0);
         // Reads take turns at which CPU they start with (the empty read started at CPU 0):
-        // CPU 1's record, then CPU 0's first two, cut short by the limit; the rest stays for
-        // the next read.
-        assert_eq!(read(&mut ring, 3), [0, 0, 1]);
+        // CPU 1's record (seen as 1000 + n), then CPU 0's first two, cut short by the limit;
+        // the rest stays for the next read.
+        assert_eq!(read(&mut ring, 3), [1000, 0, 1]);
         assert_eq!(read(&mut ring, 100), [2, 3, 4]);
         // Past the end of the ring and round: slots 5..7, then 0..3 again.
         for n in 5..12 {

@@ -24,6 +24,24 @@ struct Reading {
     first_seen_ns: u64,
     /// The collector's tick this reading is of.
     tick: u64,
+    ifindex: u32,
+}
+
+/// A flow's identity between walks: a 64-bit FxHash of its key's bytes. A walk looks up
+/// every flow (20,000 at the bench's 10,000 connections): keyed by this, `prev`'s entries
+/// are 40 bytes instead of 72, and the key is hashed as six words instead of field by
+/// field. A collision (about 1 in 10^10 at 65,536 flows) only mixes two flows' deltas for
+/// `top_flows` and hides an eviction from a count that is a lower bound anyway.
+fn flow_id(k: &FlowKey) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // SAFETY: FlowKey is repr(C) with its padding spelled out (`_pad`; its size is asserted
+    // in probe_ebpf), so all of its bytes are initialised.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((k as *const FlowKey).cast::<u8>(), size_of::<FlowKey>())
+    };
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    h.write(bytes);
+    h.finish()
 }
 
 pub struct FlowCollector {
@@ -31,7 +49,7 @@ pub struct FlowCollector {
     reader: MapReader<FlowKey, FlowStats>,
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
     /// Last reading of each flow.
-    prev: FxHashMap<FlowKey, Reading>,
+    prev: FxHashMap<u64, Reading>,
     tick: u64,
     /// Ticks between walks of the flow map (at least 1), and the tick of the last walk.
     scan_every: u64,
@@ -130,7 +148,7 @@ impl FlowCollector {
         self.reader.for_each(
             || flows.iter().filter_map(Result::ok).collect(),
             |k, v| {
-                let slot = prev.entry(*k).or_default();
+                let slot = prev.entry(flow_id(k)).or_default();
                 let before = (slot.tick != 0 && slot.first_seen_ns == v.first_seen_ns)
                     .then_some(slot.bytes.min(v.bytes));
                 let moved = v.bytes - before.unwrap_or(0);
@@ -141,6 +159,7 @@ impl FlowCollector {
                     bytes: v.bytes,
                     first_seen_ns: v.first_seen_ns,
                     tick,
+                    ifindex: k.ifindex,
                 };
                 if now_ns.saturating_sub(v.last_seen_ns) > idle_timeout_ns {
                     idle.push((*k, *v));
@@ -151,7 +170,7 @@ impl FlowCollector {
         let mut removed = Vec::new();
         for (k, v) in idle {
             if self.flows.remove(&k).is_ok() {
-                self.prev.remove(&k);
+                self.prev.remove(&flow_id(&k));
                 removed.push((k, v));
             }
         }
@@ -184,7 +203,7 @@ impl FlowCollector {
         for k in &gone {
             let _ = self.flows.remove(k);
         }
-        self.prev.retain(|k, _| k.ifindex != ifindex);
+        self.prev.retain(|_, r| r.ifindex != ifindex);
         self.top.retain(|(_, k, _)| k.ifindex != ifindex);
         for direction in [probe_ebpf::DIR_INGRESS, probe_ebpf::DIR_EGRESS] {
             let _ = self.nonip.remove(&IfaceKey {
@@ -193,5 +212,64 @@ impl FlowCollector {
                 ..IfaceKey::default()
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Flows that differ in any one field of their key, padding aside, have different ids.
+    #[test]
+    fn flow_ids_tell_keys_apart() {
+        let base = FlowKey {
+            src: [1, 2, 3, 4],
+            dst: [5, 6, 7, 8],
+            sport: 40_000,
+            dport: 5_201,
+            ifindex: 3,
+            family: probe_ebpf::AF_INET6,
+            proto: 6,
+            direction: probe_ebpf::DIR_EGRESS,
+            _pad: 0,
+        };
+        let variants = [
+            FlowKey {
+                src: [1, 2, 3, 5],
+                ..base
+            },
+            FlowKey {
+                dst: [9, 6, 7, 8],
+                ..base
+            },
+            FlowKey {
+                sport: 40_001,
+                ..base
+            },
+            FlowKey {
+                dport: 5_202,
+                ..base
+            },
+            FlowKey { ifindex: 4, ..base },
+            FlowKey {
+                family: probe_ebpf::AF_INET,
+                ..base
+            },
+            FlowKey { proto: 17, ..base },
+            FlowKey {
+                direction: probe_ebpf::DIR_INGRESS,
+                ..base
+            },
+        ];
+        let mut ids: Vec<u64> = variants.iter().map(flow_id).collect();
+        ids.push(flow_id(&base));
+        assert_eq!(
+            flow_id(&base),
+            flow_id(&{ base }),
+            "the same key, the same id"
+        );
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), variants.len() + 1);
     }
 }
