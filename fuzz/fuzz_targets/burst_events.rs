@@ -1,12 +1,13 @@
 //! The burst-event stream: records as the kernel's rings hand them over (any bytes: a newer
-//! kernel side, a torn read), filed and folded as the drain does, named into events,
+//! kernel side, a torn read), filed and folded as the drain does (by the slot's series hint,
+//! which must file exactly as hashing each key does), named into events,
 //! kept per peer, and the window statistics and training-iteration period computed from
 //! them.
 #![no_main]
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use probe_ebpf::BurstEnd;
+use probe_ebpf::{BurstEnd, BurstSlot};
 use probe_user::{
     collect::{burst_events, burst_records::BurstRecords},
     features::{
@@ -18,22 +19,33 @@ use probe_user::{
 
 const WINDOW_S: f64 = 30.0;
 
-/// A record from any bytes, as a ring slot's may be; None if too short.
-fn parse(bytes: &[u8]) -> Option<BurstEnd> {
-    if bytes.len() < std::mem::size_of::<BurstEnd>() {
+/// A ring slot from any bytes; None if too short.
+fn parse(bytes: &[u8]) -> Option<BurstSlot> {
+    if bytes.len() < std::mem::size_of::<BurstSlot>() {
         return None;
     }
-    // SAFETY: long enough (checked above), and BurstEnd is Pod: any bytes are a valid value.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<BurstEnd>()) })
+    // SAFETY: long enough (checked above), and BurstSlot is Pod: any bytes are a valid value.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<BurstSlot>()) })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let records: Vec<BurstEnd> = data
-        .chunks(std::mem::size_of::<BurstEnd>())
+    let slots: Vec<BurstSlot> = data
+        .chunks(std::mem::size_of::<BurstSlot>())
         .filter_map(parse)
         .collect();
+    let records: Vec<BurstEnd> = slots.iter().map(|s| s.end).collect();
+    let by_key = BurstRecords::folded(&records);
+    let mut by_slot = BurstRecords::default();
+    for s in &slots {
+        // The CPU from the slot's spare bytes: any, as a ring on a large host may be.
+        by_slot.fold_slot(s._pad as usize, s, true);
+    }
+    assert_eq!(by_key.keys(), by_slot.keys());
+    assert_eq!(by_key.rows(), by_slot.rows());
+    assert!(by_key.folds().eq(by_slot.folds()));
+
     let ifnames = HashMap::from([(1, "eth0".to_owned()), (2, "ib0".to_owned())]);
-    let events = burst_events::events(&BurstRecords::folded(&records), 0, &ifnames).to_events();
+    let events = burst_events::events(&by_key, 0, &ifnames).to_events();
     assert!(events
         .windows(2)
         .all(|w| w[0].start_unix <= w[1].start_unix));

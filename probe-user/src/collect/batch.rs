@@ -12,6 +12,7 @@ use std::{
 use aya::Pod;
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 /// Bytes of keys and values asked for per syscall: the reader's whole buffer. A walk reads
 /// the map a chunk at a time into it and hands each chunk on before reading the next, so the
 /// daemon's memory for a walk is this, not the map's size (read whole, 10,000 flows took
@@ -139,6 +140,48 @@ fn lookup_chunks<K: Pod, V: Pod>(
     }
 }
 
+/// Deletes `keys` with BPF_MAP_DELETE_BATCH (kernel >= 5.6): one syscall for all of them
+/// instead of one each. The kernel stops at the first key it cannot delete and says how many
+/// it did; a key already gone (ENOENT: evicted since the walk found it) is skipped and the
+/// rest go on. Any other error returns the keys that may not be deleted yet.
+fn delete_keys<'k, K: Pod>(fd: &OwnedFd, keys: &'k [K]) -> Result<(), (io::Error, &'k [K])> {
+    let mut rest = keys;
+    // Bounded: every round deletes or skips at least one key, or returns.
+    while !rest.is_empty() {
+        let mut attr = BatchAttr {
+            keys: rest.as_ptr() as u64,
+            count: rest.len().min(u32::MAX as usize) as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: attr points at `count` keys of the map's key type K, which live across the
+        // call; the kernel only reads them.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_BATCH,
+                &mut attr as *mut BatchAttr,
+                size_of::<BatchAttr>(),
+            )
+        };
+        if rc == 0 {
+            // All asked were deleted.
+            rest = &rest[(attr.count as usize).clamp(1, rest.len())..];
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        // Only a failed delete (ENOENT) says for sure that `count` is the kernel's: an
+        // error before its loop leaves what was asked. Any other error hands back every
+        // key of this call; deleting one twice is harmless (ENOENT).
+        let done = attr.count as usize;
+        if e.raw_os_error() != Some(libc::ENOENT) || done >= rest.len() {
+            return Err((e, rest));
+        }
+        rest = &rest[done + 1..];
+    }
+    Ok(())
+}
+
 /// A duplicate of a map's fd, for batch reads beside aya's typed handle.
 pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
     use std::os::fd::AsFd as _;
@@ -157,9 +200,11 @@ pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
 }
 
 /// Reads a whole map, a chunk at a time: batched when the kernel can, else entry by entry
-/// through aya.
+/// through aya; and deletes what a walk found stale, batched likewise.
 pub struct MapReader<K, V> {
     fd: Option<OwnedFd>,
+    /// False once the kernel refused a batched delete: keys then go one by one.
+    delete_batched: bool,
     /// One chunk's keys and values, reused by every walk.
     keys: Vec<K>,
     values: Vec<V>,
@@ -169,8 +214,30 @@ impl<K: Pod, V: Pod + Default> MapReader<K, V> {
     pub fn new(fd: Option<OwnedFd>) -> Self {
         Self {
             fd,
+            delete_batched: true,
             keys: Vec::new(),
             values: Vec::new(),
+        }
+    }
+
+    /// Deletes `keys` from the map: in one syscall when the kernel can, else each with
+    /// `one` (aya's per-key delete). A key already gone is skipped either way. A walk that
+    /// deletes thousands of stale entries (the connection walk, below its floor) spent most
+    /// of its time in a syscall per key.
+    pub fn delete(&mut self, keys: &[K], mut one: impl FnMut(&K)) {
+        let rest = match &self.fd {
+            Some(fd) if self.delete_batched => match delete_keys(fd, keys) {
+                Ok(()) => return,
+                Err((e, rest)) => {
+                    tracing::info!("batched map deletes unavailable ({e}); deleting key by key");
+                    self.delete_batched = false;
+                    rest
+                }
+            },
+            _ => keys,
+        };
+        for k in rest {
+            one(k);
         }
     }
 
@@ -273,5 +340,53 @@ mod tests {
         // entries, raised to a bucket's worth.
         assert_eq!(chunk_entries::<PeerKey, PeerTcp>(2), 378);
         assert_eq!(chunk_entries::<PeerKey, PeerTcp>(128), MIN_CHUNK);
+    }
+
+    /// Batched deletes against a real LRU hash map (root: it creates the maps; no program is
+    /// attached): the keys asked go, keys that were never there (or were evicted) are
+    /// skipped without stopping the rest, and the others stay.
+    #[test]
+    fn deletes_in_a_batch_and_skips_keys_already_gone() {
+        use aya::maps::{HashMap, Map, MapData};
+        use probe_ebpf::{names, ConnKey, ConnStats};
+        // SAFETY: a plain libc call.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: creating BPF maps needs root (CI runs as root)");
+            return;
+        }
+        let ebpf = aya::EbpfLoader::new()
+            .load(crate::bpf::load::OBJECT)
+            .unwrap();
+        let fd = || dup_fd(ebpf.map(names::CONNS).unwrap()).unwrap();
+        let mut map: HashMap<_, ConnKey, ConnStats> =
+            HashMap::try_from(Map::LruHashMap(MapData::from_fd(fd()).unwrap())).unwrap();
+        let key = |i: u16| ConnKey {
+            lport: i,
+            ..ConnKey::default()
+        };
+        for i in 0..100 {
+            map.insert(key(i), ConnStats::default(), 0).unwrap();
+        }
+        // 0, 2, ... 118 and 1,000: 50 present and 11 never inserted, one among the first
+        // (the kernel stops there) and ten at the end.
+        let mut doomed: Vec<ConnKey> = (0..60).map(|i| key(2 * i)).collect();
+        doomed.insert(7, key(1_000));
+        let mut reader = MapReader::<ConnKey, ConnStats>::new(Some(fd()));
+        let mut one_by_one = 0;
+        reader.delete(&doomed, |_| one_by_one += 1);
+        assert_eq!(one_by_one, 0, "the kernel batches deletes (>= 5.6)");
+        let left: Vec<u16> = map
+            .keys()
+            .map(|k| k.unwrap().lport)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(left, (0..50).map(|i| 2 * i + 1).collect::<Vec<u16>>());
+
+        // Without batching, each key goes to the per-key delete.
+        let mut reader = MapReader::<ConnKey, ConnStats>::new(None);
+        let mut seen = Vec::new();
+        reader.delete(&doomed[..3], |k| seen.push(k.lport));
+        assert_eq!(seen, [0, 2, 4]);
     }
 }

@@ -113,10 +113,13 @@ impl ConnWalk {
         self.evictions += last.len() as u64;
         std::mem::swap(&mut self.open, &mut self.next);
         // Closed connections were read one last time above, and entries below the floor are
-        // stale: free their slots.
-        for k in closed.iter().chain(&stale) {
-            let _ = self.conns.remove(k);
-        }
+        // stale: free their slots (thousands a walk at the bench's 10,000 connections, as
+        // connections cross the floor).
+        closed.append(&mut stale);
+        let conns = &mut self.conns;
+        self.reader.delete(&closed, |k| {
+            let _ = conns.remove(k);
+        });
         let slow = slow.into_sorted();
         self.set_floor(next_floor(&slow));
         self.slow = slow
