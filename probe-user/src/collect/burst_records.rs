@@ -4,12 +4,12 @@
 //! naming of the events: the tick names each key once and the rows by index. (The drain
 //! folded each record by its key, and the tick looked every record's key up a second time to
 //! name it: tens of thousands of lookups a tick at 10,000 flows.)
-use probe_ebpf::{log2_bucket, BurstEnd, BurstHist, BurstKey, BurstSlot};
+use probe_ebpf::{log2_bucket, BurstEnd, BurstHist, BurstKey, BurstSlot, SERIES_SLOTS_DEFAULT};
 use rustc_hash::FxHashMap;
 
-/// Entries of the (CPU, series slot) cache, 16 KiB: the default 1,024 series slots of up to
-/// four CPUs each have their own entry; beyond that, slots share entries and a miss hashes.
-const SLOT_CACHE: usize = 4096;
+/// Entries of the (CPU, series slot) cache, 16 KiB: the default series slots of up to four
+/// CPUs each have their own entry; beyond that, slots share entries and a miss hashes.
+const SLOT_CACHE: usize = 4 * SERIES_SLOTS_DEFAULT as usize;
 
 /// A record without its key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -88,7 +88,10 @@ impl BurstRecords {
         if self.by_slot.is_empty() {
             self.by_slot = vec![0; SLOT_CACHE];
         }
-        let at = ((cpu as u32) << 10).wrapping_add(s.series_slot) as usize & (SLOT_CACHE - 1);
+        let at = (cpu as u32)
+            .wrapping_mul(SERIES_SLOTS_DEFAULT)
+            .wrapping_add(s.series_slot) as usize
+            & (SLOT_CACHE - 1);
         if let Some(id) = self.by_slot[at].checked_sub(1) {
             if self.keys[id as usize] == key_of(&s.end) {
                 return id;

@@ -18,7 +18,10 @@ use aya::maps::{Array, HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, TCP_CLOSE};
 use rustc_hash::FxHashSet;
 
-use super::{batch::MapReader, top::TopN};
+use super::{
+    batch::{key_id, MapReader},
+    top::TopN,
+};
 use crate::snapshot::{ip_from_abi, peer_label, ConnDetail};
 
 /// Connections reported in the snapshot's slow_connections.
@@ -30,7 +33,7 @@ pub struct ConnWalk {
     floor_map: Array<MapData, u32>,
     /// The floor (srtt, us) sock_ops has been using since the last walk.
     floor: u32,
-    /// The open connections the last walk kept (at or above the floor), by `conn_id` (8
+    /// The open connections the last walk kept (at or above the floor), by `key_id` (8
     /// bytes each instead of a 40-byte key: 20,000 sockets are ~0.3 MiB, not ~1.3), and the
     /// set the next walk fills (kept to reuse its table).
     open: FxHashSet<u64>,
@@ -91,7 +94,7 @@ impl ConnWalk {
         self.reader.for_each(
             || conns.iter().filter_map(Result::ok).collect(),
             |k, c| {
-                let id = conn_id(k);
+                let id = key_id(k);
                 last.remove(&id);
                 if c.state == TCP_CLOSE {
                     closed.push(*k);
@@ -154,14 +157,6 @@ fn next_floor(slow: &[(u64, (ConnKey, ConnStats))]) -> u32 {
     }
     slow.last()
         .map_or(0, |(_, (_, c))| c.srtt_us - c.srtt_us / 4)
-}
-
-/// A connection's identity between walks: a 64-bit FxHash of its key, computed for every
-/// entry of every walk (SipHash was 1% of the daemon's CPU). A collision only hides one
-/// eviction from a count that is a lower bound anyway.
-fn conn_id(k: &ConnKey) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(k)
 }
 
 fn detail(k: &ConnKey, c: &ConnStats) -> Option<ConnDetail> {

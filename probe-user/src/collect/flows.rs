@@ -11,7 +11,10 @@ use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats};
 use rustc_hash::FxHashMap;
 
-use super::{batch::MapReader, top::TopN};
+use super::{
+    batch::{key_id, MapReader},
+    top::TopN,
+};
 
 /// Flows reported in the snapshot's top_flows.
 const TOP_FLOWS: usize = 32;
@@ -27,28 +30,11 @@ struct Reading {
     ifindex: u32,
 }
 
-/// A flow's identity between walks: a 64-bit FxHash of its key's bytes. A walk looks up
-/// every flow (20,000 at the bench's 10,000 connections): keyed by this, `prev`'s entries
-/// are 40 bytes instead of 72, and the key is hashed as six words instead of field by
-/// field. A collision (about 1 in 10^10 at 65,536 flows) only mixes two flows' deltas for
-/// `top_flows` and hides an eviction from a count that is a lower bound anyway.
-fn flow_id(k: &FlowKey) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // SAFETY: FlowKey is repr(C) with its padding spelled out (`_pad`; its size is asserted
-    // in probe_ebpf), so all of its bytes are initialised.
-    let bytes = unsafe {
-        std::slice::from_raw_parts((k as *const FlowKey).cast::<u8>(), size_of::<FlowKey>())
-    };
-    let mut h = rustc_hash::FxBuildHasher.build_hasher();
-    h.write(bytes);
-    h.finish()
-}
-
 pub struct FlowCollector {
     flows: HashMap<MapData, FlowKey, FlowStats>,
     reader: MapReader<FlowKey, FlowStats>,
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
-    /// Last reading of each flow.
+    /// Last reading of each flow, by `key_id` (entries of 40 bytes instead of 72).
     prev: FxHashMap<u64, Reading>,
     tick: u64,
     /// Ticks between walks of the flow map (at least 1), and the tick of the last walk.
@@ -148,7 +134,7 @@ impl FlowCollector {
         self.reader.for_each(
             || flows.iter().filter_map(Result::ok).collect(),
             |k, v| {
-                let slot = prev.entry(flow_id(k)).or_default();
+                let slot = prev.entry(key_id(k)).or_default();
                 let before = (slot.tick != 0 && slot.first_seen_ns == v.first_seen_ns)
                     .then_some(slot.bytes.min(v.bytes));
                 let moved = v.bytes - before.unwrap_or(0);
@@ -170,7 +156,7 @@ impl FlowCollector {
         let mut removed = Vec::new();
         for (k, v) in idle {
             if self.flows.remove(&k).is_ok() {
-                self.prev.remove(&flow_id(&k));
+                self.prev.remove(&key_id(&k));
                 removed.push((k, v));
             }
         }
@@ -221,7 +207,7 @@ mod tests {
 
     /// Flows that differ in any one field of their key, padding aside, have different ids.
     #[test]
-    fn flow_ids_tell_keys_apart() {
+    fn key_ids_tell_flow_keys_apart() {
         let base = FlowKey {
             src: [1, 2, 3, 4],
             dst: [5, 6, 7, 8],
@@ -261,11 +247,11 @@ mod tests {
                 ..base
             },
         ];
-        let mut ids: Vec<u64> = variants.iter().map(flow_id).collect();
-        ids.push(flow_id(&base));
+        let mut ids: Vec<u64> = variants.iter().map(key_id).collect();
+        ids.push(key_id(&base));
         assert_eq!(
-            flow_id(&base),
-            flow_id(&{ base }),
+            key_id(&base),
+            key_id(&{ base }),
             "the same key, the same id"
         );
         ids.sort_unstable();
