@@ -113,6 +113,8 @@ pub mod names {
     pub const QDISC_INFLIGHT: &str = "QDISC_INFLIGHT";
     pub const QDISC_SOJOURN: &str = "QDISC_SOJOURN";
     pub const ERRORS: &str = "ERRORS";
+    pub const FLOW_INSERTS: &str = "FLOW_INSERTS";
+    pub const FLOW_EPOCH: &str = "FLOW_EPOCH";
     pub const BURST_EVENTS: &str = "BURST_EVENTS";
     pub const BURST_EVENTS_POS: &str = "BURST_EVENTS_POS";
     pub const KFREE_SKB: &str = "tp_kfree_skb";
@@ -168,25 +170,37 @@ pub struct FlowKey {
 
 /// Per-flow counters. `bytes` and `packets` are wire-equivalent: a GSO/TSO super-packet
 /// counts as its segments, each with its own headers, as qdisc statistics count it.
+///
+/// 96 bytes, so that an entry of the flow map (the kernel's 48-byte element header, the
+/// 44-byte key rounded to 48, this) is exactly three cache lines and every entry starts on
+/// one: a cold packet touches three lines, not three or four. What every packet reads or
+/// writes comes first, in the line it shares with the key's tail.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowStats {
     pub bytes: u64,
     pub packets: u64,
-    pub first_seen_ns: u64,
     pub last_seen_ns: u64,
+    /// Size of the burst in progress.
+    pub burst_bytes: u64,
+    /// The daemon's walk epoch (FLOW_EPOCH) of this flow's first packet since that epoch
+    /// began, and `bytes` before that packet: what moved since the daemon's last walk is
+    /// `bytes - mark_bytes` if `mark_epoch` is the current epoch, else nothing. So the walk
+    /// keeps nothing per flow.
+    pub mark_epoch: u32,
+    pub _pad: u32,
+    /// Start time of the burst in progress.
+    pub burst_start_ns: u64,
+    /// `packets` when the burst in progress started: the burst's packets are the difference,
+    /// so counting them costs nothing per packet.
+    pub burst_start_packets: u64,
     /// Bursts that have ended (an idle gap > BURST_GAP_NS followed them).
     pub bursts: u64,
-    /// Start time and size of the burst in progress.
-    pub burst_start_ns: u64,
-    pub burst_bytes: u64,
     /// Size and duration of the last burst that ended, and the largest one seen.
     pub last_burst_bytes: u64,
     pub last_burst_ns: u64,
     pub max_burst_bytes: u64,
-    /// `packets` when the burst in progress started: the burst's packets are the difference,
-    /// so counting them costs nothing per packet.
-    pub burst_start_packets: u64,
+    pub mark_bytes: u64,
 }
 
 /// Traffic that is not IP (ARP, LLDP, ...) is counted per interface and direction.
@@ -481,7 +495,7 @@ pub fn log2_bucket(v: u64) -> usize {
 
 const _: () = {
     assert!(core::mem::size_of::<FlowKey>() == 44);
-    assert!(core::mem::size_of::<FlowStats>() == 88);
+    assert!(core::mem::size_of::<FlowStats>() == 96);
     assert!(core::mem::size_of::<IfaceKey>() == 8);
     assert!(core::mem::size_of::<PeerKey>() == 20);
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 6) + 2 * 16);

@@ -117,6 +117,16 @@ pub static ZERO_NS_HIST: NsHist = NsHist {
     sum_ns: 0,
 };
 
+/// The daemon's walk epoch of FLOWS (one u32), bumped after each walk: see
+/// FlowStats::mark_epoch.
+#[map(name = "FLOW_EPOCH")]
+pub static FLOW_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Flow entries TC created (one slot, per CPU). The daemon counts LRU evictions of FLOWS as
+/// created - deleted by itself - found in a walk, so it keeps nothing per flow to notice one.
+#[map(name = "FLOW_INSERTS")]
+pub static FLOW_INSERTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Inserts refused by a full map, by slot (see probe_ebpf::errors).
 #[map(name = "ERRORS")]
 pub static ERRORS: PerCpuArray<u64> = PerCpuArray::with_max_entries(errors::COUNT, 0);
@@ -261,7 +271,7 @@ pub fn lookup_or_copy<K, V, M: LruMap<K, V>>(
 
 /// The entry just inserted (by this CPU or another), or None, counted, if the map refused.
 #[inline(always)]
-fn inserted<K, V, M: LruMap<K, V>>(map: &M, key: &K, error_slot: u32) -> Option<*mut V> {
+pub fn inserted<K, V, M: LruMap<K, V>>(map: &M, key: &K, error_slot: u32) -> Option<*mut V> {
     let p = map.get_ptr_mut(key);
     if p.is_none() {
         count_error(error_slot);

@@ -18,9 +18,9 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    atomic_add, atomic_publish, bucket_index, count_error, lookup_or_copy, lookup_or_init,
-    store_release_tso, zeroed, BURST_EVENTS, BURST_EVENTS_POS, FLOWS, NONIP, PEER_BURSTS,
-    QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS, ZERO_BURSTS,
+    atomic_add, atomic_publish, bucket_index, count_error, inserted, lookup_or_copy,
+    store_release_tso, zeroed, BURST_EVENTS, BURST_EVENTS_POS, FLOWS, FLOW_EPOCH, FLOW_INSERTS,
+    NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS, ZERO_BURSTS,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -216,13 +216,11 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     let now = unsafe { bpf_ktime_get_ns() };
     let series_slot = count_series(&key, now, wire_bytes, segs, ecn);
 
-    let init = || FlowStats {
-        first_seen_ns: now,
-        last_seen_ns: now,
-        burst_start_ns: now,
-        ..FlowStats::default()
-    };
-    let Some(v) = lookup_or_init(&FLOWS, &key, init, errors::FLOWS_FULL) else {
+    let epoch = FLOW_EPOCH.get(0).copied().unwrap_or(0);
+    let Some(v) = FLOWS
+        .get_ptr_mut(&key)
+        .or_else(|| new_flow(&key, now, epoch))
+    else {
         aya_log_ebpf::warn!(
             ctx,
             "FLOWS map full: a packet was not counted (raise maps.flows)"
@@ -234,6 +232,10 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     // Plain adds, like the burst fields below: a flow's packets are almost always handled by
     // one CPU at a time, and a rare lost update only blurs this flow's detail. The exported
     // counters are the series', counted per CPU above, exactly.
+    if s.mark_epoch != epoch {
+        s.mark_epoch = epoch;
+        s.mark_bytes = s.bytes;
+    }
     s.bytes += wire_bytes;
     s.packets += segs;
 
@@ -260,6 +262,25 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     }
     s.burst_bytes += wire_bytes;
     s.last_seen_ns = now;
+}
+
+/// Creates a flow's entry, or finds the one another CPU created meanwhile (NOEXIST keeps
+/// theirs), and counts the creation in FLOW_INSERTS. Only a packet of a new flow gets here.
+#[inline(always)]
+fn new_flow(key: &FlowKey, now: u64, epoch: u32) -> Option<*mut FlowStats> {
+    let init = FlowStats {
+        last_seen_ns: now,
+        burst_start_ns: now,
+        mark_epoch: epoch,
+        ..FlowStats::default()
+    };
+    if FLOWS.insert(key, &init, BPF_NOEXIST as u64).is_ok() {
+        if let Some(p) = FLOW_INSERTS.get_ptr_mut(0) {
+            // SAFETY: this CPU's slot: no other writer during this run.
+            unsafe { *p += 1 };
+        }
+    }
+    inserted(&FLOWS, key, errors::FLOWS_FULL)
 }
 
 /// Adds the packet to its series (peer, interface, direction): the exported per-series

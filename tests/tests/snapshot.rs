@@ -1,6 +1,7 @@
 //! The JSON snapshot's per-connection and per-flow detail against the kernel's own view:
 //! `slow_connections` vs `ss -tin` for the same socket (bytes acked, srtt), and `top_flows`
-//! vs the veth's own transmit counter for the same traffic.
+//! vs the veth's own transmit counter for the same traffic: its bytes since it began, and
+//! its bytes per tick against the counter's rate between the last two walks.
 //!
 //! A tbf at 20 Mbit/s keeps the flow slow enough that reading the kernel a few milliseconds
 //! after probe's tick moves the numbers by well under the tolerance; offloads are off so
@@ -14,7 +15,7 @@
 use probe_tests::iperf::{self, ClientOpts};
 use probe_tests::{cmd, kernel, median, rel_diff, Pair, PairOpts, Probe, ProbeOpts};
 use serde_json::Value;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Ticks whose srtt is compared.
 const SRTT_SAMPLES: usize = 5;
@@ -63,8 +64,14 @@ fn connection_and_flow_detail_match_the_kernel() {
 
     // srtt: the same socket in both views, right after each of several ticks.
     let (mut probe_ms, mut ss_ms) = (Vec::new(), Vec::new());
+    // The veth's transmit counter at the last of these walks, for the flow's rate below.
+    let mut last = (Instant::now(), k0);
     for _ in 0..SRTT_SAMPLES - 1 {
         let snap = next_scan(&probe);
+        last = (
+            Instant::now(),
+            kernel::iface_counters(&pair.a, iface).unwrap(),
+        );
         let conns = kernel::ss_tcp(&pair.a).unwrap();
         if let Some(ss) = kernel::busiest_conn(&conns, pair.ip_b.into(), Some(iperf::PORT)) {
             let port = ss.local.port() as u64;
@@ -84,8 +91,9 @@ fn connection_and_flow_detail_match_the_kernel() {
     }
 
     let snap = next_scan(&probe);
-    let conns = kernel::ss_tcp(&pair.a).unwrap();
     let k1 = kernel::iface_counters(&pair.a, iface).unwrap();
+    let since_last = last.0.elapsed();
+    let conns = kernel::ss_tcp(&pair.a).unwrap();
     let ss = kernel::busiest_conn(&conns, pair.ip_b.into(), Some(iperf::PORT))
         .expect("ss lost the data connection")
         .clone();
@@ -149,10 +157,15 @@ fn connection_and_flow_detail_match_the_kernel() {
         rel_diff(bytes, tx) <= 0.05,
         "flow bytes: probe {bytes} vs veth tx {tx}"
     );
+    // tick_bytes is what the flow sent between the last two walks, a tick apart; the tbf
+    // holds it to a steady rate, which the veth's counter gives over the same stretch.
     let tick_bytes = f["tick_bytes"].as_f64().unwrap();
+    let rate = (k1 - last.1).tx_bytes as f64 / since_last.as_secs_f64();
+    let expected = rate * probe.opts.tick_duration().as_secs_f64();
+    eprintln!("flow tick_bytes: probe {tick_bytes}, veth tx {expected:.0} per tick");
     assert!(
-        tick_bytes > 0.0 && tick_bytes <= bytes,
-        "tick_bytes {tick_bytes} of {bytes}"
+        rel_diff(tick_bytes, expected) <= 0.2,
+        "tick_bytes {tick_bytes} vs the veth's {expected:.0} per tick"
     );
     client.finish().unwrap();
 }

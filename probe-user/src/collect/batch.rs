@@ -342,11 +342,57 @@ impl<K: Pod, V: Pod + Default> MapReader<K, V> {
 mod tests {
     use super::*;
 
+    /// Connections that differ in any one field of their key, padding aside, have different
+    /// ids.
+    #[test]
+    fn key_ids_tell_keys_apart() {
+        let base = probe_ebpf::ConnKey {
+            laddr: [1, 2, 3, 4],
+            raddr: [5, 6, 7, 8],
+            lport: 40_000,
+            rport: 5_201,
+            family: probe_ebpf::AF_INET6,
+            ..Default::default()
+        };
+        let variants = [
+            probe_ebpf::ConnKey {
+                laddr: [1, 2, 3, 5],
+                ..base
+            },
+            probe_ebpf::ConnKey {
+                raddr: [9, 6, 7, 8],
+                ..base
+            },
+            probe_ebpf::ConnKey {
+                lport: 40_001,
+                ..base
+            },
+            probe_ebpf::ConnKey {
+                rport: 5_202,
+                ..base
+            },
+            probe_ebpf::ConnKey {
+                family: probe_ebpf::AF_INET,
+                ..base
+            },
+        ];
+        assert_eq!(
+            key_id(&base),
+            key_id(&{ base }),
+            "the same key, the same id"
+        );
+        let mut ids: Vec<u64> = variants.iter().map(key_id).collect();
+        ids.push(key_id(&base));
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), variants.len() + 1);
+    }
+
     #[test]
     fn chunks_fit_the_buffer_and_a_bucket() {
         use probe_ebpf::{FlowKey, FlowStats, PeerKey, PeerTcp};
-        // A flow: 44-byte key, 88-byte value.
-        assert_eq!(chunk_entries::<FlowKey, FlowStats>(1), 1985);
+        // A flow: 44-byte key, 96-byte value.
+        assert_eq!(chunk_entries::<FlowKey, FlowStats>(1), 1872);
         // Small entries stop at MAX_CHUNK.
         assert_eq!(chunk_entries::<u32, u64>(1), MAX_CHUNK);
         // A per-CPU peer (336 bytes a CPU) on 2 and on 128 CPUs: the second would be 6

@@ -3,44 +3,39 @@
 //! flows idle long enough to delete. The per-series counters are not read here: the kernel
 //! keeps them per series as well (series.rs), so a tick does not read every flow.
 //!
+//! The walk keeps nothing per flow. TC marks each flow's bytes at its first packet after a
+//! walk (FlowStats::mark_epoch, mark_bytes; the walk then bumps FLOW_EPOCH), so what moved
+//! since the last walk is read off the entry itself; a recreated entry starts a new mark.
+//!
 //! The map holds one entry per flow and direction; entries come and go (LRU eviction when
-//! full, and this collector deletes flows idle longer than `idle_timeout`). A recreated
-//! entry is recognised by its new `first_seen_ns`.
+//! full, and this collector deletes flows idle longer than `idle_timeout`). Evictions are
+//! what TC created (FLOW_INSERTS) and neither this collector deleted nor a walk found.
 
-use aya::maps::{HashMap, MapData, PerCpuHashMap};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap};
 use probe_ebpf::{FlowKey, FlowStats, IfaceKey, IfaceStats};
-use rustc_hash::FxHashMap;
 
-use super::{
-    batch::{key_id, MapReader},
-    top::TopN,
-};
+use super::{batch::MapReader, top::TopN};
 
 /// Flows reported in the snapshot's top_flows.
 const TOP_FLOWS: usize = 32;
-
-/// What the flow collector keeps of a flow's last reading: its bytes, and what tells a
-/// recreated entry apart.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Reading {
-    bytes: u64,
-    first_seen_ns: u64,
-    /// The collector's tick this reading is of.
-    tick: u64,
-    ifindex: u32,
-}
 
 pub struct FlowCollector {
     flows: HashMap<MapData, FlowKey, FlowStats>,
     reader: MapReader<FlowKey, FlowStats>,
     nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
-    /// Last reading of each flow, by `key_id` (entries of 40 bytes instead of 72).
-    prev: FxHashMap<u64, Reading>,
+    /// FLOW_EPOCH, and the epoch TC marks flows with until the walk after this one.
+    epoch_map: Array<MapData, u32>,
+    epoch: u32,
+    /// Flow entries TC created, per CPU.
+    inserts: PerCpuArray<MapData, u64>,
+    /// Entries this collector deleted, over its life.
+    deleted: u64,
     tick: u64,
     /// Ticks between walks of the flow map (at least 1), and the tick of the last walk.
     scan_every: u64,
     last_scan: u64,
-    /// What the last walk found, reported until the next (with `prev`'s size).
+    /// What the last walk found, reported until the next.
+    tracked: u64,
     top: Vec<(u64, FlowKey, FlowStats)>,
     evictions: u64,
     idle_timeout_ns: u64,
@@ -67,17 +62,25 @@ impl FlowCollector {
         flows: HashMap<MapData, FlowKey, FlowStats>,
         reader: MapReader<FlowKey, FlowStats>,
         nonip: PerCpuHashMap<MapData, IfaceKey, IfaceStats>,
+        epoch_map: Array<MapData, u32>,
+        inserts: PerCpuArray<MapData, u64>,
         idle_timeout_ns: u64,
         scan_every: u64,
     ) -> Self {
+        // TC marks flows with what the map holds (0 when the programs were just loaded).
+        let epoch = epoch_map.get(&0, 0).unwrap_or(0);
         Self {
             flows,
             reader,
             nonip,
-            prev: FxHashMap::default(),
+            epoch_map,
+            epoch,
+            inserts,
+            deleted: 0,
             tick: 0,
             scan_every: scan_every.max(1),
             last_scan: 0,
+            tracked: 0,
             top: Vec::new(),
             evictions: 0,
             idle_timeout_ns,
@@ -107,7 +110,7 @@ impl FlowCollector {
         FlowTick {
             nonip,
             scan_age: self.tick - self.last_scan,
-            tracked: self.prev.len() as u64,
+            tracked: self.tracked,
             evictions: self.evictions,
             top: &self.top,
             removed,
@@ -124,46 +127,51 @@ impl FlowCollector {
             tick - self.last_scan
         };
         self.last_scan = tick;
+        // Read before the walk: an entry created after this read and found by the walk
+        // makes the evictions lag by one walk, never run ahead.
+        let created = self.created();
         let mut idle = Vec::new();
         let mut top = TopN::new(TOP_FLOWS);
-        let flows = &self.flows;
-        let prev = &mut self.prev;
+        let mut found = 0u64;
         let idle_timeout_ns = self.idle_timeout_ns;
-        // An entry evicted mid-walk is simply absent: counted as an eviction below.
-        // One lookup per flow in `prev`, updated in place.
+        let epoch = self.epoch;
+        let flows = &self.flows;
+        // An entry evicted mid-walk is simply absent.
         self.reader.for_each(
             || flows.iter().filter_map(Result::ok).collect(),
             |k, v| {
-                let slot = prev.entry(key_id(k)).or_default();
-                let before = (slot.tick != 0 && slot.first_seen_ns == v.first_seen_ns)
-                    .then_some(slot.bytes.min(v.bytes));
-                let moved = v.bytes - before.unwrap_or(0);
-                if moved > 0 {
-                    top.push(moved.div_ceil(ticks), (*k, *v));
+                found += 1;
+                // Marked in this epoch: it moved since the last walk; else it did not.
+                if v.mark_epoch == epoch {
+                    let moved = v.bytes.saturating_sub(v.mark_bytes);
+                    if moved > 0 {
+                        top.push(moved.div_ceil(ticks), (*k, *v));
+                    }
                 }
-                *slot = Reading {
-                    bytes: v.bytes,
-                    first_seen_ns: v.first_seen_ns,
-                    tick,
-                    ifindex: k.ifindex,
-                };
                 if now_ns.saturating_sub(v.last_seen_ns) > idle_timeout_ns {
                     idle.push((*k, *v));
                 }
             },
         );
+        // From here on TC marks each flow afresh at its next packet. A packet between the
+        // walk's read of its flow and this write is counted in neither walk's top flows (it
+        // is in the flow's bytes): a window of the walk's length.
+        self.epoch = self.epoch.wrapping_add(1);
+        if let Err(e) = self.epoch_map.set(0, self.epoch, 0) {
+            tracing::warn!("writing FLOW_EPOCH failed ({e}): the top flows' rates will read low");
+        }
         // Idle flows were counted to their last byte: delete them from the kernel map.
         let mut removed = Vec::new();
         for (k, v) in idle {
             if self.flows.remove(&k).is_ok() {
-                self.prev.remove(&key_id(&k));
+                self.deleted += 1;
+                found -= 1;
                 removed.push((k, v));
             }
         }
-        // Flows we had and the map no longer has were evicted by the kernel.
-        let before = self.prev.len();
-        self.prev.retain(|_, r| r.tick == tick);
-        self.evictions += (before - self.prev.len()) as u64;
+        self.tracked = found;
+        let gone = created.saturating_sub(self.deleted + found);
+        self.evictions = self.evictions.max(gone);
         self.top = top
             .into_sorted()
             .into_iter()
@@ -172,9 +180,17 @@ impl FlowCollector {
         removed
     }
 
+    /// Flow entries TC has created, summed over the CPUs.
+    fn created(&self) -> u64 {
+        self.inserts
+            .get(&0, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0)
+    }
+
     /// Forgets an interface that went away: its flows go from the kernel map too, rather
-    /// than waiting to be idle. The map is read afresh: flows that came since the last walk
-    /// are not in `prev`.
+    /// than waiting to be idle. The map is read afresh: flows may have come since the last
+    /// walk.
     pub fn forget_interface(&mut self, ifindex: u32) {
         let flows = &self.flows;
         let mut gone: Vec<FlowKey> = Vec::new();
@@ -187,9 +203,11 @@ impl FlowCollector {
             },
         );
         for k in &gone {
-            let _ = self.flows.remove(k);
+            if self.flows.remove(k).is_ok() {
+                self.deleted += 1;
+            }
         }
-        self.prev.retain(|_, r| r.ifindex != ifindex);
+        self.tracked = self.tracked.saturating_sub(gone.len() as u64);
         self.top.retain(|(_, k, _)| k.ifindex != ifindex);
         for direction in [probe_ebpf::DIR_INGRESS, probe_ebpf::DIR_EGRESS] {
             let _ = self.nonip.remove(&IfaceKey {
@@ -198,64 +216,5 @@ impl FlowCollector {
                 ..IfaceKey::default()
             });
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Flows that differ in any one field of their key, padding aside, have different ids.
-    #[test]
-    fn key_ids_tell_flow_keys_apart() {
-        let base = FlowKey {
-            src: [1, 2, 3, 4],
-            dst: [5, 6, 7, 8],
-            sport: 40_000,
-            dport: 5_201,
-            ifindex: 3,
-            family: probe_ebpf::AF_INET6,
-            proto: 6,
-            direction: probe_ebpf::DIR_EGRESS,
-            _pad: 0,
-        };
-        let variants = [
-            FlowKey {
-                src: [1, 2, 3, 5],
-                ..base
-            },
-            FlowKey {
-                dst: [9, 6, 7, 8],
-                ..base
-            },
-            FlowKey {
-                sport: 40_001,
-                ..base
-            },
-            FlowKey {
-                dport: 5_202,
-                ..base
-            },
-            FlowKey { ifindex: 4, ..base },
-            FlowKey {
-                family: probe_ebpf::AF_INET,
-                ..base
-            },
-            FlowKey { proto: 17, ..base },
-            FlowKey {
-                direction: probe_ebpf::DIR_INGRESS,
-                ..base
-            },
-        ];
-        let mut ids: Vec<u64> = variants.iter().map(key_id).collect();
-        ids.push(key_id(&base));
-        assert_eq!(
-            key_id(&base),
-            key_id(&{ base }),
-            "the same key, the same id"
-        );
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), variants.len() + 1);
     }
 }

@@ -93,6 +93,8 @@ impl Collector {
         let flow_map = take(names::FLOWS)?;
         let flow_reader = batch::MapReader::new(batch::dup_fd(&flow_map));
         let flow_map = BpfHashMap::try_from(flow_map)?;
+        let flow_epoch = aya::maps::Array::try_from(take(names::FLOW_EPOCH)?)?;
+        let flow_inserts = PerCpuArray::try_from(take(names::FLOW_INSERTS)?)?;
         let nonip = PerCpuHashMap::try_from(take(names::NONIP)?)?;
         let cpus =
             aya::util::nr_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
@@ -138,6 +140,8 @@ impl Collector {
                 flow_map,
                 flow_reader,
                 nonip,
+                flow_epoch,
+                flow_inserts,
                 FLOW_IDLE_TIMEOUT.as_nanos() as u64,
                 flow_scan_ticks,
             ),
@@ -368,7 +372,9 @@ mod cost {
                     let v = FlowStats {
                         bytes: 98 * t,
                         packets: t,
-                        first_seen_ns: 1,
+                        // As TC marks it: the walk of tick t reads epoch t - 1.
+                        mark_epoch: (t - 1) as u32,
+                        mark_bytes: 98 * (t - 1),
                         last_seen_ns: now,
                         bursts: t,
                         burst_start_ns: now,
