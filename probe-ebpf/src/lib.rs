@@ -173,8 +173,9 @@ pub struct FlowKey {
 ///
 /// 96 bytes, so that an entry of the flow map (the kernel's 48-byte element header, the
 /// 44-byte key rounded to 48, this) is exactly three cache lines and every entry starts on
-/// one: a cold packet touches three lines, not three or four. What every packet reads or
-/// writes comes first, in the line it shares with the key's tail.
+/// one: a cold packet touches three lines, not three or four. The four fields every packet
+/// writes come first, in the line the key's tail shares; the mark, which every packet reads
+/// and the first after a walk writes, starts the next.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowStats {

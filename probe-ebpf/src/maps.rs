@@ -15,7 +15,7 @@ use probe_ebpf::{
 };
 
 /// Per-flow counters. LRU so that a full map evicts the coldest flow instead of dropping
-/// new ones; user space counts evictions by watching entries vanish.
+/// new ones; user space counts evictions from FLOW_INSERTS.
 #[map(name = "FLOWS")]
 pub static FLOWS: LruHashMap<FlowKey, FlowStats> =
     LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
