@@ -14,8 +14,10 @@ const PORT: u16 = 5410;
 const MAP: usize = 64;
 const TICK: &str = "500ms";
 
-/// One datagram from each of `n` sockets (each its own source port, so its own flow).
-fn new_flows(pair: &Pair, dst: SocketAddr, n: usize) {
+/// One datagram from each of `n` new sockets (each its own source port, so its own flow).
+/// The caller keeps them open: a closed socket's port may go to a later one, whose flow
+/// would then not be new.
+fn new_flows(pair: &Pair, dst: SocketAddr, n: usize) -> Vec<UdpSocket> {
     let socks: Vec<UdpSocket> = (0..n)
         .map(|_| {
             pair.a
@@ -27,6 +29,7 @@ fn new_flows(pair: &Pair, dst: SocketAddr, n: usize) {
     for s in &socks {
         s.send_to(b"flow", dst).unwrap();
     }
+    socks
 }
 
 /// (tracked, evictions, refused inserts) as probe reports them, and the entries in FLOWS as
@@ -61,7 +64,7 @@ fn tracked_and_evicted_flows_match_the_kernel_map() {
     let _sink = pair.b.enter(|| UdpSocket::bind(dst)).unwrap().unwrap();
     probe.wait_ticks(1);
 
-    new_flows(&pair, dst, 20);
+    let mut open = new_flows(&pair, dst, 20);
     probe.wait_ticks(3);
     let (tracked1, ev1, refused1, present1) = sample(&probe);
     let mut report = format!(
@@ -71,7 +74,7 @@ fn tracked_and_evicted_flows_match_the_kernel_map() {
     assert_eq!(tracked1, present1 as f64, "{report}");
     assert_eq!(ev1, 0.0, "{report}");
 
-    new_flows(&pair, dst, 200);
+    open.extend(new_flows(&pair, dst, 200));
     probe.wait_ticks(3);
     let (tracked2, ev2, refused2, present2) = sample(&probe);
     report += &format!(
