@@ -245,11 +245,26 @@ pub fn lookup_or_init<K, V, M: LruMap<K, V>>(
     init: impl FnOnce() -> V,
     error_slot: u32,
 ) -> Option<*mut V> {
+    lookup_or_create(map, key, init, error_slot, || {})
+}
+
+/// lookup_or_init, calling `created` when this call's insert made the entry (not when
+/// another CPU's did meanwhile, nor when the map refused it).
+#[inline(always)]
+pub fn lookup_or_create<K, V, M: LruMap<K, V>>(
+    map: &M,
+    key: &K,
+    init: impl FnOnce() -> V,
+    error_slot: u32,
+    created: impl FnOnce(),
+) -> Option<*mut V> {
     if let Some(p) = map.get_ptr_mut(key) {
         return Some(p);
     }
     // NOEXIST: if another CPU inserted it meanwhile, keep theirs.
-    let _ = map.insert(key, &init(), BPF_NOEXIST as u64);
+    if map.insert(key, &init(), BPF_NOEXIST as u64).is_ok() {
+        created();
+    }
     inserted(map, key, error_slot)
 }
 
@@ -271,7 +286,7 @@ pub fn lookup_or_copy<K, V, M: LruMap<K, V>>(
 
 /// The entry just inserted (by this CPU or another), or None, counted, if the map refused.
 #[inline(always)]
-pub fn inserted<K, V, M: LruMap<K, V>>(map: &M, key: &K, error_slot: u32) -> Option<*mut V> {
+fn inserted<K, V, M: LruMap<K, V>>(map: &M, key: &K, error_slot: u32) -> Option<*mut V> {
     let p = map.get_ptr_mut(key);
     if p.is_none() {
         count_error(error_slot);

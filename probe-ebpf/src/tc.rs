@@ -18,7 +18,7 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    atomic_add, atomic_publish, bucket_index, count_error, inserted, lookup_or_copy,
+    atomic_add, atomic_publish, bucket_index, count_error, lookup_or_copy, lookup_or_create,
     store_release_tso, zeroed, BURST_EVENTS, BURST_EVENTS_POS, FLOWS, FLOW_EPOCH, FLOW_INSERTS,
     NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS, ZERO_BURSTS,
 };
@@ -217,10 +217,20 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     let series_slot = count_series(&key, now, wire_bytes, segs, ecn);
 
     let epoch = FLOW_EPOCH.get(0).copied().unwrap_or(0);
-    let Some(v) = FLOWS
-        .get_ptr_mut(&key)
-        .or_else(|| new_flow(&key, now, epoch))
-    else {
+    let init = || FlowStats {
+        last_seen_ns: now,
+        burst_start_ns: now,
+        mark_epoch: epoch,
+        ..FlowStats::default()
+    };
+    // Creations are counted for the daemon's eviction count (FLOW_INSERTS).
+    let created = || {
+        if let Some(p) = FLOW_INSERTS.get_ptr_mut(0) {
+            // SAFETY: this CPU's slot: no other writer during this run.
+            unsafe { *p += 1 };
+        }
+    };
+    let Some(v) = lookup_or_create(&FLOWS, &key, init, errors::FLOWS_FULL, created) else {
         aya_log_ebpf::warn!(
             ctx,
             "FLOWS map full: a packet was not counted (raise maps.flows)"
@@ -262,25 +272,6 @@ fn account(ctx: &TcContext, l2_len: usize, direction: u8) {
     }
     s.burst_bytes += wire_bytes;
     s.last_seen_ns = now;
-}
-
-/// Creates a flow's entry, or finds the one another CPU created meanwhile (NOEXIST keeps
-/// theirs), and counts the creation in FLOW_INSERTS. Only a packet of a new flow gets here.
-#[inline(always)]
-fn new_flow(key: &FlowKey, now: u64, epoch: u32) -> Option<*mut FlowStats> {
-    let init = FlowStats {
-        last_seen_ns: now,
-        burst_start_ns: now,
-        mark_epoch: epoch,
-        ..FlowStats::default()
-    };
-    if FLOWS.insert(key, &init, BPF_NOEXIST as u64).is_ok() {
-        if let Some(p) = FLOW_INSERTS.get_ptr_mut(0) {
-            // SAFETY: this CPU's slot: no other writer during this run.
-            unsafe { *p += 1 };
-        }
-    }
-    inserted(&FLOWS, key, errors::FLOWS_FULL)
 }
 
 /// Adds the packet to its series (peer, interface, direction): the exported per-series
