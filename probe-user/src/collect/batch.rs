@@ -186,15 +186,6 @@ fn delete_keys<'k, K: Pod>(fd: &OwnedFd, keys: &'k [K]) -> Result<(), (io::Error
     Ok(())
 }
 
-/// A map key's identity between walks: its 64-bit FxHash. The flow and connection walks
-/// keep per-key state by it (8 bytes instead of a 40- or 44-byte key; SipHash was 1% of the
-/// daemon's CPU). A collision (about 1 in 10^10 at 65,536 keys) mixes two keys' state for
-/// one walk: a lower-bound eviction count misses one, or `top_flows` mixes two deltas.
-pub fn key_id<K: std::hash::Hash>(k: &K) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(k)
-}
-
 /// A duplicate of a map's fd, for batch reads beside aya's typed handle.
 pub fn dup_fd(map: &aya::maps::Map) -> Option<OwnedFd> {
     use std::os::fd::AsFd as _;
@@ -341,52 +332,6 @@ impl<K: Pod, V: Pod + Default> MapReader<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Connections that differ in any one field of their key, padding aside, have different
-    /// ids.
-    #[test]
-    fn key_ids_tell_keys_apart() {
-        let base = probe_ebpf::ConnKey {
-            laddr: [1, 2, 3, 4],
-            raddr: [5, 6, 7, 8],
-            lport: 40_000,
-            rport: 5_201,
-            family: probe_ebpf::AF_INET6,
-            ..Default::default()
-        };
-        let variants = [
-            probe_ebpf::ConnKey {
-                laddr: [1, 2, 3, 5],
-                ..base
-            },
-            probe_ebpf::ConnKey {
-                raddr: [9, 6, 7, 8],
-                ..base
-            },
-            probe_ebpf::ConnKey {
-                lport: 40_001,
-                ..base
-            },
-            probe_ebpf::ConnKey {
-                rport: 5_202,
-                ..base
-            },
-            probe_ebpf::ConnKey {
-                family: probe_ebpf::AF_INET,
-                ..base
-            },
-        ];
-        assert_eq!(
-            key_id(&base),
-            key_id(&{ base }),
-            "the same key, the same id"
-        );
-        let mut ids: Vec<u64> = variants.iter().map(key_id).collect();
-        ids.push(key_id(&base));
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), variants.len() + 1);
-    }
 
     #[test]
     fn chunks_fit_the_buffer_and_a_bucket() {
