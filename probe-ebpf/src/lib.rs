@@ -102,6 +102,7 @@ pub mod names {
     pub const NONIP: &str = "NONIP";
     pub const CONNS: &str = "CONNS";
     pub const PEER_TCP: &str = "PEER_TCP";
+    pub const PEER_SLOTS: &str = "PEER_SLOTS";
     pub const TCP_EPOCH: &str = "TCP_EPOCH";
     pub const CONN_FLOOR: &str = "CONN_FLOOR";
     pub const SOCK_COUNTED: &str = "SOCK_COUNTED";
@@ -133,6 +134,8 @@ pub mod globals {
     pub const BURST_GAP_NS: &str = "BURST_GAP_NS";
     /// u32: SERIES_SLOTS' max_entries - 1 (a power of two minus one).
     pub const SERIES_SLOTS_MASK: &str = "SERIES_SLOTS_MASK";
+    /// u32: PEER_SLOTS' max_entries - 1 (a power of two minus one).
+    pub const PEER_SLOTS_MASK: &str = "PEER_SLOTS_MASK";
     /// u32: log2 of the burst-end records per CPU in BURST_EVENTS.
     pub const BURST_EVENTS_SHIFT: &str = "BURST_EVENTS_SHIFT";
     /// u32: 1 on x86-64, whose stores are seen in program order (see RingPos).
@@ -254,6 +257,22 @@ pub struct PeerTcp {
     /// (TCP_EPOCH) & 1: user space bumps the epoch, then reads the window of the tick that
     /// just ended while the callbacks write the other one.
     pub windows: [RttWindow; 2],
+}
+
+/// Slots per CPU of PEER_SLOTS at most (a power of two; the loader may make it smaller and
+/// patches PEER_SLOTS_MASK to match). 360 bytes each per possible CPU, read every tick.
+pub const PEER_SLOTS_PER_CPU: u32 = 256;
+
+/// Slots a peer may try in its CPU's PEER_SLOTS before it goes to PEER_TCP.
+pub const PEER_SLOT_PROBES: u32 = 4;
+
+/// One slot of PEER_SLOTS: one peer's TCP counters as one CPU counted them. `key.family` 0
+/// marks a free slot. A slot, once taken, stays its peer's for the life of the maps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerSlot {
+    pub key: PeerKey,
+    pub tcp: PeerTcp,
 }
 
 /// What a peer's connections reported at their round-trip callbacks during one tick on one
@@ -527,6 +546,7 @@ mod pod {
     unsafe impl aya::Pod for IfaceStats {}
     unsafe impl aya::Pod for PeerKey {}
     unsafe impl aya::Pod for PeerTcp {}
+    unsafe impl aya::Pod for PeerSlot {}
     unsafe impl aya::Pod for RttWindow {}
     unsafe impl aya::Pod for ConnKey {}
     unsafe impl aya::Pod for ConnStats {}

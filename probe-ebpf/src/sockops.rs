@@ -12,13 +12,18 @@ use aya_ebpf::{
     programs::SockOpsContext,
 };
 use probe_ebpf::{
-    errors, log2_bucket, ConnKey, ConnStats, PeerKey, PeerTcp, AF_INET, AF_INET6, TCP_CLOSE,
+    errors, log2_bucket, ConnKey, ConnStats, PeerKey, PeerTcp, AF_INET, AF_INET6,
+    PEER_SLOTS_PER_CPU, PEER_SLOT_PROBES, TCP_CLOSE,
 };
 
 use crate::maps::{
-    bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, CONN_FLOOR, PEER_TCP,
+    bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, CONN_FLOOR, PEER_SLOTS, PEER_TCP,
     SOCK_COUNTED, TCP_EPOCH, ZERO_PEER,
 };
+
+/// PEER_SLOTS' size minus one. Patched by the loader when it resizes the table.
+#[unsafe(no_mangle)]
+static PEER_SLOTS_MASK: u32 = PEER_SLOTS_PER_CPU - 1;
 
 #[sock_ops]
 pub fn sockops_tcp(ctx: SockOpsContext) -> u32 {
@@ -209,9 +214,32 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
     Some(())
 }
 
-/// This CPU's value of the peer's PEER_TCP entry, inserted if absent.
+/// This CPU's counters of the peer: its PEER_SLOTS slot, taken if one of the probed slots
+/// is free, else its PEER_TCP entry, inserted if absent.
 #[inline(always)]
 fn peer(p: &PeerKey) -> Option<*mut PeerTcp> {
+    // Multiplicative hashing, as the series slots: the product's high half mixes every bit.
+    let lo = p.addr[0] as u64 | (p.addr[1] as u64) << 32;
+    let hi = p.addr[2] as u64 | (p.addr[3] as u64) << 32;
+    let h = ((lo ^ hi.rotate_left(29) ^ p.family as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32)
+        as u32;
+    let mask = unsafe { core::ptr::read_volatile(&PEER_SLOTS_MASK) };
+    let mut i = 0u32;
+    while i < PEER_SLOT_PROBES {
+        let Some(s) = PEER_SLOTS.get_ptr_mut(h.wrapping_add(i) & mask) else {
+            break;
+        };
+        // SAFETY: this CPU's slot of a live per-CPU value: no other writer during this run.
+        unsafe {
+            if (*s).key.family == 0 {
+                (*s).key = *p;
+            }
+            if (*s).key.family == p.family && (*s).key.addr == p.addr {
+                return Some(core::ptr::addr_of_mut!((*s).tcp));
+            }
+        }
+        i += 1;
+    }
     lookup_or_copy(&PEER_TCP, p, &ZERO_PEER, errors::PEERS_FULL)
 }
 

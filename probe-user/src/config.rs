@@ -64,6 +64,10 @@ pub struct MapSizes {
     /// Slots per CPU of the per-series counter table (a power of two); 0: sized by the
     /// number of possible CPUs (`MapSizes::series_slots_for`).
     pub series_slots: u32,
+    /// Slots per CPU of sock_ops' per-peer table (a power of two); 0: sized by the number
+    /// of possible CPUs (`MapSizes::peer_slots_for`). Peers beyond them go to the per-CPU
+    /// TCP map, at a higher cost per round trip.
+    pub peer_slots: u32,
 }
 
 impl Default for MapSizes {
@@ -74,6 +78,7 @@ impl Default for MapSizes {
             peers: 0,
             burst_events_bytes_per_cpu: 0,
             series_slots: 0,
+            peer_slots: 0,
         }
     }
 }
@@ -93,6 +98,16 @@ impl MapSizes {
             return self.series_slots;
         }
         pow2_at_most((65_536 / cpus.max(1)) as u32).clamp(64, probe_ebpf::SERIES_SLOTS_DEFAULT)
+    }
+
+    /// sock_ops' per-peer slots per CPU on a host with `cpus` possible CPUs: as configured,
+    /// or by default as many as keep the whole table (read every tick) at 8,192 slots,
+    /// 2.8 MiB, within 16 to PEER_SLOTS_PER_CPU per CPU.
+    pub fn peer_slots_for(&self, cpus: usize) -> u32 {
+        if self.peer_slots != 0 {
+            return self.peer_slots;
+        }
+        pow2_at_most((8_192 / cpus.max(1)) as u32).clamp(16, probe_ebpf::PEER_SLOTS_PER_CPU)
     }
 
     /// Burst-end records per CPU on a host with `cpus` possible CPUs: as configured, or by
@@ -348,6 +363,15 @@ impl Config {
                 "key `maps.series_slots`: {slots} must be 0 (sized by CPUs) or a power of two from 64 to 65536"
             );
         }
+        let slots = self.maps.peer_slots;
+        if slots != 0
+            && (!slots.is_power_of_two() || !(4..=probe_ebpf::PEER_SLOTS_PER_CPU).contains(&slots))
+        {
+            bail!(
+                "key `maps.peer_slots`: {slots} must be 0 (sized by CPUs) or a power of two from 4 to {}",
+                probe_ebpf::PEER_SLOTS_PER_CPU
+            );
+        }
         if self.flow_scan.is_zero() || self.flow_scan > Duration::from_secs(60) {
             bail!(
                 "key `flow_scan`: {:?} is out of range (one tick to 60s)",
@@ -425,6 +449,11 @@ mod tests {
         assert_eq!(d.series_slots_for(256), 256);
         assert_eq!(d.series_slots_for(384), 128);
         assert_eq!(d.series_slots_for(4096), 64);
+        // sock_ops' peer slots: the whole table within 8,192 slots, 16 to 256 per CPU.
+        assert_eq!(d.peer_slots_for(2), 256);
+        assert_eq!(d.peer_slots_for(32), 256);
+        assert_eq!(d.peer_slots_for(64), 128);
+        assert_eq!(d.peer_slots_for(4096), 16);
         // The per-CPU peer map: 16,384 peers up to 12 CPUs, then within 64 MiB.
         assert_eq!(d.peers_for(2), probe_ebpf::PEERS_MAX_ENTRIES);
         assert_eq!(d.peers_for(128), 1560);

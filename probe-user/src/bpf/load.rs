@@ -85,6 +85,8 @@ impl Loaded {
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("reading {path}: {e}"))?;
         let slots = cfg.maps.series_slots_for(cpus);
         let slots_mask = slots - 1;
+        let peer_slots = cfg.maps.peer_slots_for(cpus);
+        let peer_slots_mask = peer_slots - 1;
         let burst_records = cfg.maps.burst_records_for(cpus);
         let burst_shift = burst_records.trailing_zeros();
         let cpus_u32 = u32::try_from(cpus).context("more CPUs than a map can index")?;
@@ -93,6 +95,8 @@ impl Loaded {
             .override_global(globals::BURST_GAP_NS, &gap_ns, true)
             .override_global(globals::SERIES_SLOTS_MASK, &slots_mask, true)
             .map_max_entries(names::SERIES_SLOTS, slots)
+            .override_global(globals::PEER_SLOTS_MASK, &peer_slots_mask, true)
+            .map_max_entries(names::PEER_SLOTS, peer_slots)
             .map_max_entries(names::FLOWS, cfg.maps.flows)
             .map_max_entries(names::CONNS, cfg.maps.conns)
             .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))

@@ -107,6 +107,9 @@ impl Collector {
         let conns = take(names::CONNS)?;
         let conn_reader = batch::MapReader::new(batch::dup_fd(&conns));
         let conns = BpfHashMap::try_from(conns)?;
+        let peer_slots = take(names::PEER_SLOTS)?;
+        let peer_slot_reader = batch::MapReader::new(batch::dup_fd(&peer_slots));
+        let peer_slots = PerCpuArray::try_from(peer_slots)?;
         let peers = take(names::PEER_TCP)?;
         let peer_reader = batch::MapReader::new(batch::dup_fd(&peers));
         let peers = PerCpuHashMap::try_from(peers)?;
@@ -145,7 +148,14 @@ impl Collector {
                 FLOW_IDLE_TIMEOUT.as_nanos() as u64,
                 flow_scan_ticks,
             ),
-            tcp: tcp::TcpCollector::new(cpus, peers, peer_reader, tcp_epoch)?,
+            tcp: tcp::TcpCollector::new(
+                cpus,
+                peer_slots,
+                peer_slot_reader,
+                peers,
+                peer_reader,
+                tcp_epoch,
+            )?,
             conns: conns::ConnWalk::new(conns, conn_reader, conn_floor),
         })
     }

@@ -1,14 +1,16 @@
-//! Reads sock_ops' per-peer TCP map each tick, summing its per-CPU values: the per-peer RTT
-//! histogram and retransmitted segments, the open connections, and the tick's smoothed and
-//! minimum RTT. The connection map itself is walked less often (conns.rs).
+//! Reads sock_ops' per-peer TCP counters each tick, summing them over CPUs and over the two
+//! places they live (each CPU's slot table PEER_SLOTS, and PEER_TCP for a peer that found no
+//! slot there): the per-peer RTT histogram and retransmitted segments, the open
+//! connections, and the tick's smoothed and minimum RTT. The connection map itself is walked
+//! less often (conns.rs).
 //!
 //! The tick's RTT extremes live in two windows per entry, selected by an epoch this collector
 //! writes to TCP_EPOCH before each read: the callbacks move on to the other window while
 //! the one of the tick that ended is read (PeerTcp::windows).
 use std::net::IpAddr;
 
-use aya::maps::{Array, MapData, PerCpuHashMap};
-use probe_ebpf::{PeerKey, PeerTcp, LOG2_BUCKETS};
+use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
+use probe_ebpf::{PeerKey, PeerSlot, PeerTcp, LOG2_BUCKETS};
 use rustc_hash::FxHashMap;
 
 use super::{batch::MapReader, delta::DeltaTotals};
@@ -46,13 +48,31 @@ impl Rtt {
 }
 
 /// One entry's per-CPU values folded: the counters summed (as DeltaTotals takes them:
-/// buckets, count, sum, retransmitted segments, retransmit events), the open connections,
-/// and the RTT window of tick `epoch`.
-#[derive(Debug, PartialEq)]
+/// buckets, count, sum, retransmitted segments, retransmit events), the connections opened
+/// and closed, and the RTT window of tick `epoch`.
+#[derive(Debug, Default, PartialEq)]
 struct Folded {
     counters: Vec<u64>,
-    open: u64,
+    opened: u64,
+    closed: u64,
     rtt: Rtt,
+}
+
+impl Folded {
+    /// Open connections. A socket may open on one CPU and close on another, or open counted
+    /// in a slot and close in PEER_TCP (its slots on that CPU were taken), so only a peer's
+    /// sum over all its entries means anything; an entry the LRU map recreated can see
+    /// closes of connections opened before it.
+    fn open(&self) -> u64 {
+        self.opened.saturating_sub(self.closed)
+    }
+
+    /// Adds another entry of the same peer (the counters stay with their own entry).
+    fn merge(&mut self, o: &Folded) {
+        self.opened += o.opened;
+        self.closed += o.closed;
+        self.rtt = self.rtt.merge(o.rtt);
+    }
 }
 
 fn fold(per_cpu: &[PeerTcp], epoch: u32) -> Folded {
@@ -81,21 +101,26 @@ fn fold(per_cpu: &[PeerTcp], epoch: u32) -> Folded {
     }
     Folded {
         counters,
-        // A socket may open on one CPU and close on another; an entry the LRU map recreated
-        // can see closes of connections opened before it.
-        open: opened.saturating_sub(closed),
+        opened,
+        closed,
         rtt,
     }
 }
 
+/// Where a peer's counters were read: PEER_TCP, or one CPU's slot (1 + cpu x slots + index).
+/// Each place is its own DeltaTotals entry: a slot never restarts, a PEER_TCP entry may.
+type Place = u32;
+
 pub struct TcpCollector {
+    slots: PerCpuArray<MapData, PeerSlot>,
+    slot_reader: MapReader<u32, PeerSlot>,
     peers: PerCpuHashMap<MapData, PeerKey, PeerTcp>,
     reader: MapReader<PeerKey, PeerTcp>,
     epoch_map: Array<MapData, u32>,
     /// The epoch the callbacks are writing now.
     epoch: u32,
     cpus: usize,
-    totals: DeltaTotals<PeerKey, IpAddr>,
+    totals: DeltaTotals<(PeerKey, Place), IpAddr>,
     /// Each peer's round trips of its last tick with any, reported while it has open
     /// connections and no new round trip.
     last: FxHashMap<IpAddr, Rtt>,
@@ -104,6 +129,8 @@ pub struct TcpCollector {
 impl TcpCollector {
     pub fn new(
         cpus: usize,
+        slots: PerCpuArray<MapData, PeerSlot>,
+        slot_reader: MapReader<u32, PeerSlot>,
         peers: PerCpuHashMap<MapData, PeerKey, PeerTcp>,
         reader: MapReader<PeerKey, PeerTcp>,
         mut epoch_map: Array<MapData, u32>,
@@ -111,6 +138,8 @@ impl TcpCollector {
         let epoch = 1;
         epoch_map.set(0, epoch, 0)?;
         Ok(Self {
+            slots,
+            slot_reader,
             peers,
             reader,
             epoch_map,
@@ -130,20 +159,42 @@ impl TcpCollector {
             tracing::warn!("cannot advance TCP_EPOCH: {e}");
         }
         let cpus = self.cpus;
-        let mut now: FxHashMap<IpAddr, (u64, Rtt)> = FxHashMap::default();
+        let mut peers: FxHashMap<IpAddr, Folded> = FxHashMap::default();
         let totals = &mut self.totals;
+        let mut add = |k: &PeerKey, place: Place, per_cpu: &[PeerTcp]| {
+            let Some(peer) = ip_from_abi(k.family, &k.addr) else {
+                return;
+            };
+            let mut f = fold(per_cpu, ended);
+            totals.add((*k, place), peer, std::mem::take(&mut f.counters));
+            peers.entry(peer).or_default().merge(&f);
+        };
+        let slots = &self.slots;
+        let n = slots.len();
+        self.slot_reader.for_each_per_cpu(
+            cpus,
+            || {
+                (0..n)
+                    .filter_map(|i| Some((i, slots.get(&i, 0).ok()?.iter().copied().collect())))
+                    .collect()
+            },
+            |&i, per_cpu| {
+                // Each CPU takes its slots on its own: slot i may be a different peer on each.
+                for (cpu, s) in per_cpu.iter().enumerate() {
+                    if s.key.family != 0 {
+                        let place = 1 + (cpu as u32).wrapping_mul(n).wrapping_add(i);
+                        add(&s.key, place, std::slice::from_ref(&s.tcp));
+                    }
+                }
+            },
+        );
         self.reader
-            .for_each_per_cpu_map(cpus, &self.peers, |k, per_cpu| {
-                let Some(peer) = ip_from_abi(k.family, &k.addr) else {
-                    return;
-                };
-                let f = fold(per_cpu, ended);
-                totals.add(*k, peer, f.counters);
-                let e = now.entry(peer).or_default();
-                e.0 += f.open;
-                e.1 = e.1.merge(f.rtt);
-            });
+            .for_each_per_cpu_map(cpus, &self.peers, |k, per_cpu| add(k, 0, per_cpu));
         self.totals.finish();
+        let mut now: FxHashMap<IpAddr, (u64, Rtt)> = peers
+            .into_iter()
+            .map(|(peer, f)| (peer, (f.open(), f.rtt)))
+            .collect();
 
         let last = &mut self.last;
         for (peer, (open, rtt)) in now.iter_mut() {
@@ -213,9 +264,13 @@ mod tests {
     #[test]
     fn a_connection_may_open_on_one_cpu_and_close_on_another() {
         let f = fold(&[cpu(3, 0, None), cpu(0, 2, None)], 5);
-        assert_eq!((f.open, f.counters[COUNT]), (1, 2));
+        assert_eq!((f.open(), f.counters[COUNT]), (1, 2));
         // A recreated entry that sees more closes than opens reports none open, not a wrap.
-        assert_eq!(fold(&[cpu(0, 2, None)], 5).open, 0);
+        assert_eq!(fold(&[cpu(0, 2, None)], 5).open(), 0);
+        // Opened in a slot, closed in PEER_TCP: the peer's sum is what counts.
+        let mut slot = fold(&[cpu(2, 0, None)], 5);
+        slot.merge(&fold(&[cpu(0, 1, None), cpu(0, 1, None)], 5));
+        assert_eq!(slot.open(), 0);
     }
 
     #[test]
