@@ -255,6 +255,15 @@ pub fn lookup_or_init<K, V, M: LruMap<K, V>>(
     lookup_or_create(map, key, init, error_slot, || {})
 }
 
+/// The index hash of an address-keyed slot table (SERIES_SLOTS, PEER_SLOTS): multiplicative
+/// hashing, whose product's high half mixes every bit of the address and of `salt`.
+#[inline(always)]
+pub fn addr_hash(addr: &probe_ebpf::Addr, salt: u64) -> u32 {
+    let lo = addr[0] as u64 | (addr[1] as u64) << 32;
+    let hi = addr[2] as u64 | (addr[3] as u64) << 32;
+    ((lo ^ hi.rotate_left(29) ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32
+}
+
 /// lookup_or_init, calling `created` when this call's insert made the entry (not when
 /// another CPU's did meanwhile, nor when the map refused it).
 #[inline(always)]

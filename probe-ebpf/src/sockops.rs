@@ -17,8 +17,8 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, CONN_FLOOR, PEER_SLOTS, PEER_TCP,
-    SOCK_COUNTED, TCP_EPOCH, ZERO_PEER,
+    addr_hash, bucket_index, lookup_or_copy, lookup_or_init, zeroed, CONNS, CONN_FLOOR, PEER_SLOTS,
+    PEER_TCP, SOCK_COUNTED, TCP_EPOCH, ZERO_PEER,
 };
 
 /// PEER_SLOTS' size minus one. Patched by the loader when it resizes the table.
@@ -218,11 +218,7 @@ fn handle(ctx: &SockOpsContext) -> Option<()> {
 /// is free, else its PEER_TCP entry, inserted if absent.
 #[inline(always)]
 fn peer(p: &PeerKey) -> Option<*mut PeerTcp> {
-    // Multiplicative hashing, as the series slots: the product's high half mixes every bit.
-    let lo = p.addr[0] as u64 | (p.addr[1] as u64) << 32;
-    let hi = p.addr[2] as u64 | (p.addr[3] as u64) << 32;
-    let h = ((lo ^ hi.rotate_left(29) ^ p.family as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32)
-        as u32;
+    let h = addr_hash(&p.addr, p.family as u64);
     let mask = unsafe { core::ptr::read_volatile(&PEER_SLOTS_MASK) };
     let mut i = 0u32;
     while i < PEER_SLOT_PROBES {

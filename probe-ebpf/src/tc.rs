@@ -18,9 +18,10 @@ use probe_ebpf::{
 };
 
 use crate::maps::{
-    atomic_add, atomic_publish, bucket_index, count_error, lookup_or_copy, lookup_or_create,
-    store_release_tso, zeroed, BURST_EVENTS, BURST_EVENTS_POS, FLOWS, FLOW_EPOCH, FLOW_INSERTS,
-    NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS, ZERO_BURSTS,
+    addr_hash, atomic_add, atomic_publish, bucket_index, count_error, lookup_or_copy,
+    lookup_or_create, store_release_tso, zeroed, BURST_EVENTS, BURST_EVENTS_POS, FLOWS, FLOW_EPOCH,
+    FLOW_INSERTS, NONIP, PEER_BURSTS, QDISC_IFACES, QDISC_INFLIGHT, SERIES, SERIES_SLOTS,
+    ZERO_BURSTS,
 };
 
 /// An idle gap longer than this ends a burst. Patched by the loader (`--burst-gap`).
@@ -288,10 +289,7 @@ fn count_series(k: &FlowKey, now: u64, bytes: u64, segs: u64, ecn: u8) -> u32 {
         &k.src
     };
     let tag = SeriesSlot::tag(k.ifindex, k.family, k.direction);
-    // Multiplicative hashing: the product's high half mixes every input bit.
-    let lo = addr[0] as u64 | (addr[1] as u64) << 32;
-    let hi = addr[2] as u64 | (addr[3] as u64) << 32;
-    let h = ((lo ^ hi.rotate_left(29) ^ tag).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32;
+    let h = addr_hash(addr, tag);
     let mask = unsafe { core::ptr::read_volatile(&SERIES_SLOTS_MASK) };
     let mut i = 0u32;
     while i < SERIES_PROBES {

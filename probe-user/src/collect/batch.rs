@@ -284,6 +284,28 @@ impl<K: Pod, V: Pod + Default> MapReader<K, V> {
         }
     }
 
+    /// `for_each_per_cpu` over a per-CPU array (its fallback reads `map` index by index).
+    pub fn for_each_per_cpu_array(
+        &mut self,
+        cpus: usize,
+        map: &aya::maps::PerCpuArray<aya::maps::MapData, V>,
+        each: impl FnMut(&K, &[V]),
+    ) where
+        K: From<u32>,
+    {
+        self.for_each_per_cpu(
+            cpus,
+            || {
+                (0..map.len())
+                    .filter_map(|i| {
+                        Some((K::from(i), map.get(&i, 0).ok()?.iter().copied().collect()))
+                    })
+                    .collect()
+            },
+            each,
+        );
+    }
+
     /// `for_each_per_cpu` over a per-CPU hash map (its fallback iterates `map`).
     pub fn for_each_per_cpu_map(
         &mut self,

@@ -229,17 +229,9 @@ impl SeriesCounters {
     /// being dropped for idleness).
     pub fn tick(&mut self) -> &FxHashMap<SeriesKey, Totals> {
         let cpus = self.sums.cpus;
-        let slots = &self.slots;
         let sums = &mut self.sums;
-        self.slot_reader.for_each_per_cpu(
-            cpus,
-            || {
-                (0..slots.len())
-                    .filter_map(|i| Some((i, slots.get(&i, 0).ok()?.iter().copied().collect())))
-                    .collect()
-            },
-            |&i, per_cpu| sums.slot(i, per_cpu),
-        );
+        self.slot_reader
+            .for_each_per_cpu_array(cpus, &self.slots, |&i, per_cpu| sums.slot(i, per_cpu));
         self.overflow_reader
             .for_each_per_cpu_map(cpus, &self.overflow, |k, per_cpu| sums.overflow(k, per_cpu));
         // An idle series' overflow entry goes too, making room; its slots just age.

@@ -169,16 +169,9 @@ impl TcpCollector {
             totals.add((*k, place), peer, std::mem::take(&mut f.counters));
             peers.entry(peer).or_default().merge(&f);
         };
-        let slots = &self.slots;
-        let n = slots.len();
-        self.slot_reader.for_each_per_cpu(
-            cpus,
-            || {
-                (0..n)
-                    .filter_map(|i| Some((i, slots.get(&i, 0).ok()?.iter().copied().collect())))
-                    .collect()
-            },
-            |&i, per_cpu| {
+        let n = self.slots.len();
+        self.slot_reader
+            .for_each_per_cpu_array(cpus, &self.slots, |&i, per_cpu| {
                 // Each CPU takes its slots on its own: slot i may be a different peer on each.
                 for (cpu, s) in per_cpu.iter().enumerate() {
                     if s.key.family != 0 {
@@ -186,8 +179,7 @@ impl TcpCollector {
                         add(&s.key, place, std::slice::from_ref(&s.tcp));
                     }
                 }
-            },
-        );
+            });
         self.reader
             .for_each_per_cpu_map(cpus, &self.peers, |k, per_cpu| add(k, 0, per_cpu));
         self.totals.finish();
