@@ -114,3 +114,41 @@ fn bad_recordings_are_one_line() {
     assert_cli_error(&o, &["junk.parquet", "not a Parquet file"]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Two recordings of the lab's calm 4-rank ring (`cargo xtask lab`, seed 3, 200 ms of
+/// compute per iteration) on which the analysis once found 4x (no iterations, pattern
+/// unknown) and 2x the iteration, kept with traingen's log of rank 0 from the same run.
+/// The analysis must give the ring and traingen's median iteration within 10%.
+#[test]
+fn recorded_4_rank_rings_give_the_iteration_not_a_multiple() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/lab-ring4");
+    let out = dir("ring4");
+    for case in ["locked-on-4x", "locked-on-2x"] {
+        let rec = fixtures.join(case);
+        let o = analyze(&[rec.as_os_str(), "--out".as_ref(), out.as_os_str()]);
+        assert!(o.status.success(), "probe analyze {case}: {}", o.stderr);
+        let a: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(case).join("analysis.json")).unwrap())
+                .unwrap();
+        let mut iters: Vec<f64> = std::fs::read_to_string(rec.join("rank0.jsonl"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["duration_s"].as_f64())
+            .collect();
+        assert!(
+            iters.len() > 50,
+            "{case}: traingen's log has {}",
+            iters.len()
+        );
+        iters.sort_by(f64::total_cmp);
+        let logged = iters[iters.len() / 2];
+        let found = a["timing"]["period_s"].as_f64().unwrap_or(f64::NAN);
+        assert_eq!(a["pattern"]["name"], "ring", "{case}: {}", a["pattern"]);
+        assert!(
+            (found / logged - 1.0).abs() <= 0.1,
+            "{case}: period {found} s, traingen's median iteration {logged} s"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -9,7 +9,7 @@ use super::load::Recording;
 use crate::features::{
     bursts::{Burst, Bursts},
     median,
-    period::{add_occupancy, Period, PeriodFinder},
+    period::{add_occupancy, Period, PeriodFinder, BIN_S},
 };
 
 /// A burst whose packets average less than this is ACKs, not data.
@@ -300,25 +300,8 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         .collect();
     candidates.sort_by(f64::total_cmp);
     candidates.dedup_by(|a, b| (*a / *b - 1.0).abs() <= 0.02);
-    let votes = |t: f64, ratio_one: bool| -> Vec<usize> {
-        windows
-            .iter()
-            .map(|ps| {
-                ps.iter()
-                    .filter(|p| {
-                        p.is_finite()
-                            && if ratio_one {
-                                near(**p, t)
-                            } else {
-                                matches(**p, t)
-                            }
-                    })
-                    .count()
-            })
-            .collect()
-    };
-    let bytes_of = |t: f64| -> f64 {
-        votes(t, false)
+    let bytes_of = |windows: &[Vec<f64>], t: f64| -> f64 {
+        votes(windows, t, false)
             .iter()
             .zip(classes)
             .map(|(v, c)| *v as f64 * c.bytes)
@@ -328,13 +311,21 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     // that some windows saw only as a multiple); then bytes. Not multiples first: a short
     // rhythm (a paced cross-traffic flow) divides many periods by chance.
     let period = candidates.iter().copied().max_by(|a, b| {
-        let total = |t: f64| votes(t, false).iter().sum::<usize>();
-        let exact = |t: f64| votes(t, true).iter().sum::<usize>();
+        let total = |t: f64| votes(&windows, t, false).iter().sum::<usize>();
+        let exact = |t: f64| votes(&windows, t, true).iter().sum::<usize>();
         exact(*a)
             .cmp(&exact(*b))
             .then(total(*a).cmp(&total(*b)))
-            .then(bytes_of(*a).total_cmp(&bytes_of(*b)))
+            .then(bytes_of(&windows, *a).total_cmp(&bytes_of(&windows, *b)))
     });
+    // Each class's rhythm of its burst starts alone joins its periods now, after the vote:
+    // it may take the voted period down to a fraction (fundamental) and pick the marker, but
+    // it is no candidate of its own. A 4-rank ring's bursts change length in a cycle of
+    // four iterations, and both directions' occupancy may lock on to 2x or 4x everywhere
+    // (CI, stop 30, twice); their starts keep the iteration.
+    for (w, c) in windows.iter_mut().zip(classes) {
+        w.push(onset_period(c, start, end));
+    }
     let period = period.map(|t| fundamental(t, &windows));
     // Refined: the median of the window periods near it.
     let period = period.map(|t| {
@@ -349,7 +340,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     let best = period.and_then(|t| {
         // The marker: the class that keeps the period itself in most windows, then the
         // biggest.
-        let v = votes(t, true);
+        let v = votes(&windows, t, true);
         let m = (0..classes.len()).filter(|&i| v[i] > 0).max_by(|&a, &b| {
             v[a].cmp(&v[b])
                 .then(classes[a].bytes.total_cmp(&classes[b].bytes))
@@ -526,8 +517,29 @@ fn shaped(occ: &[f64]) -> bool {
     max >= 0.1 && min <= 0.5 * max
 }
 
+/// How many of each class's periods (in its windows, over the recording, of its starts)
+/// are `t` (`ratio_one`) or a whole multiple of it.
+fn votes(windows: &[Vec<f64>], t: f64, ratio_one: bool) -> Vec<usize> {
+    windows
+        .iter()
+        .map(|ps| {
+            ps.iter()
+                .filter(|p| {
+                    p.is_finite()
+                        && if ratio_one {
+                            near(**p, t)
+                        } else {
+                            matches(**p, t)
+                        }
+                })
+                .count()
+        })
+        .collect()
+}
+
 /// The period under `t`: the smallest whole fraction of it (1/2 to 1/8) that a class voting
-/// for `t` also saw as its period, in a window or over the recording. Such a class saw both
+/// for `t` also saw as its period, in a window, over the recording or in its burst starts
+/// alone. Such a class saw both
 /// the rhythm and a multiple of it (a 4-rank ring's sends repeat their pattern every four
 /// iterations and may peak highest there), so the fraction is the iteration. A fraction
 /// that only other classes saw is left alone: a paced cross-traffic flow can divide the
@@ -541,6 +553,20 @@ fn fundamental(t: f64, windows: &[Vec<f64>]) -> f64 {
         .filter(|f| f.is_finite() && *f < t && matches(t, *f) && !near(*f, t))
         .min_by(f64::total_cmp)
         .unwrap_or(t)
+}
+
+/// The period of a class's burst starts alone, each marked as a burst of one bin: the
+/// iteration's rhythm without the burst lengths, which may repeat over several iterations.
+fn onset_period(c: &Class, start: f64, end: f64) -> f64 {
+    let marks: Vec<Span> = c
+        .bursts
+        .iter()
+        .map(|s| Span {
+            end: s.start + BIN_S,
+            ..*s
+        })
+        .collect();
+    period_of(marks.iter(), start, end).seconds
 }
 
 /// Window length for the period votes.

@@ -130,7 +130,9 @@ fn calm_case(
 /// A case that fails is run once more, and the test fails if it fails again. CI twice saw a
 /// ring x4 run named `unknown` with no period; the kept directory of the second showed why:
 /// the period vote picked 4x the iteration (the ring's sends peak there), and a marker cut
-/// at 4x found no iterations. `timing::fundamental` mends that. The rerun keeps a rare
+/// at 4x found no iterations. `timing::fundamental` mends that, with the rhythm of the
+/// classes' burst starts since stop 31 (two recordings where every occupancy period was 2x
+/// or 4x are kept in tests/fixtures/lab-ring4 and checked in tests/tests/analyze.rs). The rerun keeps a rare
 /// failure from failing the suite while a broken analysis (wrong every time) still fails
 /// it; the first failure is printed in full and its run directory kept, so that it can be
 /// studied.
