@@ -300,8 +300,8 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         .collect();
     candidates.sort_by(f64::total_cmp);
     candidates.dedup_by(|a, b| (*a / *b - 1.0).abs() <= 0.02);
-    let bytes_of = |windows: &[Vec<f64>], t: f64| -> f64 {
-        votes(windows, t, false)
+    let bytes_of = |t: f64| -> f64 {
+        votes(&windows, t, false)
             .iter()
             .zip(classes)
             .map(|(v, c)| *v as f64 * c.bytes)
@@ -316,7 +316,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         exact(*a)
             .cmp(&exact(*b))
             .then(total(*a).cmp(&total(*b)))
-            .then(bytes_of(&windows, *a).total_cmp(&bytes_of(&windows, *b)))
+            .then(bytes_of(*a).total_cmp(&bytes_of(*b)))
     });
     // Each class's rhythm of its burst starts alone joins its periods now, after the vote:
     // it may take the voted period down to a fraction (fundamental) and pick the marker, but
@@ -539,9 +539,9 @@ fn votes(windows: &[Vec<f64>], t: f64, ratio_one: bool) -> Vec<usize> {
 
 /// The period under `t`: the smallest whole fraction of it (1/2 to 1/8) that a class voting
 /// for `t` also saw as its period, in a window, over the recording or in its burst starts
-/// alone. Such a class saw both
-/// the rhythm and a multiple of it (a 4-rank ring's sends repeat their pattern every four
-/// iterations and may peak highest there), so the fraction is the iteration. A fraction
+/// alone. Such a class saw both the rhythm and a multiple of it (a 4-rank ring's sends
+/// repeat their pattern every four iterations and may peak highest there), so the fraction
+/// is the iteration. A fraction
 /// that only other classes saw is left alone: a paced cross-traffic flow can divide the
 /// period by chance.
 fn fundamental(t: f64, windows: &[Vec<f64>]) -> f64 {
