@@ -62,6 +62,12 @@ const MAP_FLOWS: u32 = 256;
 const MAP_CONNS: u32 = 128;
 const MAP_PEERS: u32 = 64;
 const TOP_PEERS: usize = 8;
+/// Feature entities with state, fewer than the 128 peers at a time: the table is full a few
+/// seconds into each lifetime. The engine keeps an entity for its longest window (2 min)
+/// after its last tick, and the churn names a new interface, qdisc or RDMA port every second
+/// or two; with the default cap (4,096) that fill would last the whole judged part of a
+/// 3-minute run and read as growth.
+const MAX_ENTITIES: usize = 128;
 /// Where the daemon listens, inside its namespace.
 const LISTEN_PORT: u16 = 9464;
 /// Churn interfaces alive at once, at most.
@@ -137,6 +143,9 @@ pub struct Row {
     flow_evictions: Option<f64>,
     map_full: Option<f64>,
     peers_folded: Option<f64>,
+    feature_entities: Option<f64>,
+    /// Observations refused for want of a feature table slot (cumulative in a lifetime).
+    feature_untracked: Option<f64>,
     tcx_links: usize,
     /// TCX links whose interface is gone (ifindex 0), still held.
     defunct_links: usize,
@@ -436,8 +445,8 @@ fn ns_path(ns: &str) -> String {
     format!("/var/run/netns/{ns}")
 }
 
-/// Small maps and top-K, so that they fill. The feature windows stay the defaults: the
-/// built-in model needs them (and their rings are allocated whole per entity).
+/// Small maps, top-K and feature table, so that they fill. The feature windows stay the
+/// defaults: the built-in model needs them (and their rings are allocated whole per entity).
 fn config_text(sysfs_root: &Path) -> String {
     format!(
         "# Written by cargo xtask soak.\n\
@@ -450,6 +459,8 @@ fn config_text(sysfs_root: &Path) -> String {
          flows = {MAP_FLOWS}\n\
          conns = {MAP_CONNS}\n\
          peers = {MAP_PEERS}\n\
+         [features]\n\
+         max_entities = {MAX_ENTITIES}\n\
          [rdma]\n\
          enabled = true\n\
          sysfs_root = \"{}\"\n\
@@ -875,6 +886,8 @@ impl Soak<'_> {
                 row.flow_evictions = one("probe_flow_evictions_total");
                 row.map_full = one("probe_map_full_total");
                 row.peers_folded = one("probe_peers_folded");
+                row.feature_entities = one("probe_feature_entities");
+                row.feature_untracked = one("probe_feature_entities_untracked_total");
                 self.monotonic.observe(&m);
                 let tick = snap["tick"].as_u64();
                 row.snapshot_tick = tick;

@@ -253,6 +253,15 @@ pub fn summary(
         ),
     );
     row(
+        "feature entities (max; features.max_entities), untracked observations (last lifetime, end)",
+        format!(
+            "{}; {}, {}",
+            opt(max_of(&all, |r| r.feature_entities), 0),
+            super::MAX_ENTITIES,
+            opt(last.last().and_then(|r| r.feature_untracked), 0)
+        ),
+    );
+    row(
         "TCX links held, of them defunct (max)",
         format!(
             "{}, {}",
