@@ -541,9 +541,8 @@ fn votes(windows: &[Vec<f64>], t: f64, ratio_one: bool) -> Vec<usize> {
 /// for `t` also saw as its period, in a window, over the recording or in its burst starts
 /// alone. Such a class saw both the rhythm and a multiple of it (a 4-rank ring's sends
 /// repeat their pattern every four iterations and may peak highest there), so the fraction
-/// is the iteration. A fraction
-/// that only other classes saw is left alone: a paced cross-traffic flow can divide the
-/// period by chance.
+/// is the iteration. A fraction that only other classes saw is left alone: a paced
+/// cross-traffic flow can divide the period by chance.
 fn fundamental(t: f64, windows: &[Vec<f64>]) -> f64 {
     windows
         .iter()

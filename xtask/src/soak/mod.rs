@@ -62,11 +62,9 @@ const MAP_FLOWS: u32 = 256;
 const MAP_CONNS: u32 = 128;
 const MAP_PEERS: u32 = 64;
 const TOP_PEERS: usize = 8;
-/// Feature entities with state, fewer than the 128 peers at a time: the table is full a few
-/// seconds into each lifetime. The engine keeps an entity for its longest window (2 min)
-/// after its last tick, and the churn names a new interface, qdisc or RDMA port every second
-/// or two; with the default cap (4,096) that fill would last the whole judged part of a
-/// 3-minute run and read as growth.
+/// Feature entities with state, fewer than the peers at a time: full seconds into a
+/// lifetime. At the default (4,096) the engine's 2-minute memory of churned names fills
+/// through the judged part of a 3-minute run (docs/operations.md, "Soak").
 const MAX_ENTITIES: usize = 128;
 /// Where the daemon listens, inside its namespace.
 const LISTEN_PORT: u16 = 9464;
