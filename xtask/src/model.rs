@@ -17,10 +17,11 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR")]
     pub corpus: Option<PathBuf>,
     /// Training runs of the corpus (plus a third as many held-out runs).
-    #[arg(long, default_value_t = 18)]
+    #[arg(long, default_value_t = 24)]
     pub runs: u32,
-    /// Seconds of traffic per run.
-    #[arg(long, default_value_t = 200)]
+    /// Seconds of traffic per run: 15 minutes, so that every window and baseline is full
+    /// for most of each run, as in a daemon that has been running.
+    #[arg(long, default_value_t = 900)]
     pub duration: u32,
     /// Label horizons of the model. 200 s runs cannot label a 120 s horizon usefully (an
     /// onset comes within 120 s of almost every tick): longer runs can.
@@ -30,6 +31,9 @@ pub struct ModelArgs {
     #[arg(long)]
     pub no_lab: bool,
 }
+
+/// Calm gaps of the corpus's runs, seconds.
+const CALM: &str = "45-150";
 
 /// Runs `probe ARGS` in `cwd` (the work directory: the manifest and the report then name
 /// the tables without this machine's paths).
@@ -78,6 +82,9 @@ pub fn run(args: ModelArgs) -> Result<()> {
             .arg(&corpus)
             .args(["--corpus-runs", &args.runs.to_string()])
             .args(["--duration", &args.duration.to_string()])
+            // Calm stretches long enough for an onset to follow a calm baseline, and twice
+            // as many gradual episodes as abrupt ones: lead time is learnt from build-ups.
+            .args(["--calm", CALM, "--gradual-weight", "2"])
             .arg("--probe")
             .arg(&bin);
         println!("model: {}", build::display(&c));

@@ -21,8 +21,19 @@ use std::time::Instant;
 
 /// Compute periods the corpus uses, in ms.
 const PERIODS_MS: [u64; 3] = [200, 100, 400];
-/// Bytes per iteration the corpus uses.
+/// Bytes per iteration at 1000 Mbit/s; slower links get proportionally less, so that the
+/// communication keeps a similar share of the iteration.
 const SIZES: [u64; 3] = [1 << 20, 4 << 20, 8 << 20];
+/// Base link rates, Mbit/s.
+const LINKS_MBIT: [u32; 3] = [1000, 500, 200];
+/// Ranks a run may have; more ranks only where `ranks * link` stays within what two cores
+/// forward (`MAX_RANK_MBIT`).
+const RANKS: [u16; 3] = [4, 6, 8];
+const MAX_RANK_MBIT: u32 = 4000;
+/// Queue limits of the tbfs (their `latency`), ms.
+const QUEUES_MS: [u32; 3] = [20, 50, 100];
+/// The (pattern, link) pair only held-out runs use.
+const HELDOUT_ONLY: (Pattern, u32) = (Pattern::Ps, 200);
 pub const CORPUS_FILE: &str = "corpus.json";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -50,6 +61,9 @@ pub struct RunSpec {
     pub pattern: Pattern,
     pub period_ms: u64,
     pub size_bytes: u64,
+    pub ranks: u16,
+    pub link_mbit: u32,
+    pub queue_ms: u32,
     pub seed: u64,
 }
 
@@ -60,17 +74,26 @@ impl RunSpec {
     }
 }
 
-/// Every (pattern, period) pair once, ordered so that consecutive runs change pattern and
-/// the first three runs see every period.
-fn combos() -> Vec<(Pattern, u64)> {
-    (0..9)
-        .map(|k| (Pattern::ALL[k % 3], PERIODS_MS[(k + k / 3) % 3]))
-        .collect()
+/// A run's job: pattern, compute period, base link rate.
+type Shape = (Pattern, u64, u32);
+
+/// Every shape once, in a fixed shuffled order (seeded, so a plan never changes).
+fn shapes() -> Vec<Shape> {
+    let mut all: Vec<Shape> = Pattern::ALL
+        .iter()
+        .flat_map(|&p| {
+            PERIODS_MS
+                .iter()
+                .flat_map(move |&t| LINKS_MBIT.iter().map(move |&l| (p, t, l)))
+        })
+        .collect();
+    SplitMix64::new(0x5eed).shuffle(&mut all);
+    all
 }
 
-/// The (pattern, period) pair that only held-out runs use.
-pub fn heldout_only() -> (Pattern, u64) {
-    combos()[8]
+/// Whether only held-out runs use this shape.
+pub fn heldout_only(shape: Shape) -> bool {
+    (shape.0, shape.2) == HELDOUT_ONLY
 }
 
 /// About a third as many held-out runs as training runs, at least one.
@@ -78,39 +101,74 @@ pub fn heldout_count(train: usize) -> usize {
     train.div_ceil(3).max(1)
 }
 
-/// The runs of a corpus with `train` training runs. Training seeds are `base_seed` + 0, 2,
-/// 4, ...; held-out seeds `base_seed` + 1, 3, 5, ..., so the two never meet. Run i is the
-/// same whatever `train` is, so a corpus can grow.
+/// The runs of a corpus with `train` training runs, in the order they are recorded: a
+/// held-out run after every three training runs, so that a corpus recorded in several
+/// sittings has held-out runs from the start. Training seeds are `base_seed` + 0, 2, 4,
+/// ...; held-out seeds `base_seed` + 1, 3, 5, ..., so the two never meet. Training runs
+/// cycle through every shape but the held-out-only ones; held-out runs start with a
+/// held-out-only shape, then take every shape in turn. Run i is the same whatever `train`
+/// is, so a corpus can grow.
 pub fn plan(train: usize, base_seed: u64) -> Vec<RunSpec> {
-    let all = combos();
-    let seen = &all[..all.len() - 1];
-    let train_runs = (0..train).map(|i| {
-        let (pattern, period) = seen[i % seen.len()];
+    let all = shapes();
+    let seen: Vec<Shape> = all.iter().copied().filter(|&s| !heldout_only(s)).collect();
+    let unseen: Vec<Shape> = all.iter().copied().filter(|&s| heldout_only(s)).collect();
+    let train_run = |i: usize| {
         let seed = base_seed.wrapping_add(2 * i as u64);
-        spec(Split::Train, i, pattern, period, seed)
-    });
-    // The unseen pair first, then every pair in turn.
-    let heldout_runs = (0..heldout_count(train)).map(|j| {
-        let (pattern, period) = all[(j + all.len() - 1) % all.len()];
+        spec(Split::Train, i, seen[i % seen.len()], seed)
+    };
+    let heldout_run = |j: usize| {
+        let shape = if j % 4 == 0 {
+            unseen[(j / 4) % unseen.len()]
+        } else {
+            all[(j * 7) % all.len()]
+        };
         let seed = base_seed.wrapping_add(2 * j as u64 + 1);
-        spec(Split::Heldout, j, pattern, period, seed)
-    });
-    train_runs.chain(heldout_runs).collect()
+        spec(Split::Heldout, j, shape, seed)
+    };
+    let held = heldout_count(train);
+    let mut out = Vec::with_capacity(train + held);
+    let (mut i, mut j) = (0, 0);
+    while i < train || j < held {
+        for _ in 0..3 {
+            if i < train {
+                out.push(train_run(i));
+                i += 1;
+            }
+        }
+        if j < held {
+            out.push(heldout_run(j));
+            j += 1;
+        }
+    }
+    out
 }
 
-fn spec(split: Split, i: usize, pattern: Pattern, period_ms: u64, seed: u64) -> RunSpec {
-    // The size follows from the seed: deterministic, and mixed across the pairs.
-    let size_bytes = SIZES[SplitMix64::new(seed).below(SIZES.len() as u64) as usize];
+fn spec(split: Split, i: usize, (pattern, period_ms, link_mbit): Shape, seed: u64) -> RunSpec {
+    // The rest follows from the seed: deterministic, and mixed across the shapes.
+    let mut rng = SplitMix64::new(seed ^ 0xC0FF_EE00);
+    let size_at_gbit = rng.pick(&SIZES);
+    // Rounded to 64 KiB.
+    let size_bytes = (size_at_gbit * u64::from(link_mbit) / 1000).max(256 << 10) >> 16 << 16;
+    let fits: Vec<u16> = RANKS
+        .iter()
+        .copied()
+        .filter(|&r| u32::from(r) * link_mbit <= MAX_RANK_MBIT)
+        .collect();
+    let ranks = rng.pick(&fits);
+    let queue_ms = rng.pick(&QUEUES_MS);
     RunSpec {
         name: format!(
-            "{i:03}-{}-{period_ms}ms-{}MiB-seed{seed}",
+            "{i:03}-{}-{period_ms}ms-{}KiB-{ranks}r-{link_mbit}M-q{queue_ms}-seed{seed}",
             pattern.name(),
-            size_bytes >> 20
+            size_bytes >> 10
         ),
         split,
         pattern,
         period_ms,
         size_bytes,
+        ranks,
+        link_mbit,
+        queue_ms,
         seed,
     }
 }
@@ -120,11 +178,11 @@ fn spec(split: Split, i: usize, pattern: Pattern, period_ms: u64, seed: u64) -> 
 struct Settings {
     seed: u64,
     duration_s: f64,
-    ranks: u16,
-    link_mbit: u32,
     kinds: Vec<Kind>,
     congestion: String,
     sample_ms: u64,
+    calm_s: Option<(f64, f64)>,
+    gradual_weight: u32,
 }
 
 impl Settings {
@@ -132,11 +190,11 @@ impl Settings {
         Self {
             seed: args.seed,
             duration_s: args.duration_s(),
-            ranks: args.ranks,
-            link_mbit: args.link_mbit,
             kinds: args.kinds.clone(),
             congestion: args.congestion.clone(),
             sample_ms: args.sample_ms,
+            calm_s: args.calm,
+            gradual_weight: args.gradual_weight,
         }
     }
 }
@@ -169,7 +227,7 @@ struct Doc<'a> {
     settings: &'a Settings,
     train_runs: usize,
     heldout_runs: usize,
-    /// The (pattern, period) pair training never sees.
+    /// The (pattern, link) pair training never sees.
     heldout_only: serde_json::Value,
     runs: &'a [Entry],
 }
@@ -276,6 +334,9 @@ fn run_args(args: &LabArgs, spec: &RunSpec, run_dir: &Path) -> LabArgs {
         seed: spec.seed,
         period_ms: spec.period_ms,
         size: spec.size_bytes,
+        ranks: spec.ranks,
+        link_mbit: spec.link_mbit,
+        queue_ms: spec.queue_ms,
         duration: Some(args.duration_s()),
         record: Some(run_dir.to_path_buf()),
         out: None,
@@ -331,12 +392,12 @@ fn ensure_clean(run: &str) -> Result<()> {
 /// Writes corpus.json through a temporary file, so a stop mid-write never truncates it.
 fn write_doc(dir: &Path, settings: &Settings, entries: &[Entry]) -> Result<()> {
     let (train, heldout) = split_counts(entries);
-    let (pattern, period_ms) = heldout_only();
+    let (pattern, link_mbit) = HELDOUT_ONLY;
     let doc = Doc {
         settings,
         train_runs: train,
         heldout_runs: heldout,
-        heldout_only: serde_json::json!({"pattern": pattern, "period_ms": period_ms}),
+        heldout_only: serde_json::json!({"pattern": pattern, "link_mbit": link_mbit}),
         runs: entries,
     };
     let tmp = dir.join(format!("{CORPUS_FILE}.tmp"));
@@ -381,19 +442,17 @@ mod tests {
     use std::collections::HashSet;
 
     #[test]
-    fn combos_cover_every_pair_once() {
-        let c = combos();
-        let set: HashSet<_> = c.iter().map(|&(p, t)| (p.name(), t)).collect();
-        assert_eq!(set.len(), 9);
-        for w in c.windows(2) {
-            assert_ne!(w[0].0, w[1].0, "consecutive runs change pattern");
-        }
+    fn shapes_cover_every_combination_once() {
+        let s = shapes();
+        let set: HashSet<_> = s.iter().map(|&(p, t, l)| (p.name(), t, l)).collect();
+        assert_eq!(set.len(), 27);
+        assert_eq!(s.iter().filter(|&&x| heldout_only(x)).count(), 3);
     }
 
     #[test]
     fn train_and_heldout_are_disjoint() {
         for base in [0, 1, 7, u64::MAX - 3] {
-            for n in [1, 2, 3, 8, 15, 40, 100] {
+            for n in [1, 2, 3, 8, 15, 24, 40, 100] {
                 let p = plan(n, base);
                 let train: Vec<&RunSpec> = p.iter().filter(|r| r.split == Split::Train).collect();
                 let held: Vec<&RunSpec> = p.iter().filter(|r| r.split == Split::Heldout).collect();
@@ -405,19 +464,27 @@ mod tests {
                     held.iter().all(|r| !seeds.contains(&r.seed)),
                     "base {base} n {n}"
                 );
-                // At least one held-out (pattern, period) pair training never saw.
-                let seen: HashSet<(Pattern, u64)> =
-                    train.iter().map(|r| (r.pattern, r.period_ms)).collect();
+                // Training never sees the held-out-only (pattern, link) pair; held-out does.
+                assert!(train
+                    .iter()
+                    .all(|r| (r.pattern, r.link_mbit) != HELDOUT_ONLY));
                 assert!(held
                     .iter()
-                    .any(|r| !seen.contains(&(r.pattern, r.period_ms))));
-                assert!(!seen.contains(&heldout_only()));
+                    .any(|r| (r.pattern, r.link_mbit) == HELDOUT_ONLY));
                 let names: HashSet<&str> = p.iter().map(|r| r.name.as_str()).collect();
                 assert_eq!(names.len(), p.len(), "names are unique");
                 let dirs: HashSet<String> = p.iter().map(RunSpec::rel_dir).collect();
                 assert_eq!(dirs.len(), p.len());
             }
         }
+    }
+
+    #[test]
+    fn heldout_runs_come_early() {
+        let p = plan(24, 1);
+        let splits: Vec<Split> = p.iter().take(8).map(|r| r.split).collect();
+        use Split::{Heldout as H, Train as T};
+        assert_eq!(splits, [T, T, T, H, T, T, T, H]);
     }
 
     #[test]
@@ -432,8 +499,8 @@ mod tests {
     }
 
     #[test]
-    fn a_corpus_varies_pattern_period_and_size() {
-        let p = plan(15, 1);
+    fn a_corpus_varies_its_jobs_and_links() {
+        let p = plan(24, 1);
         let train: Vec<&RunSpec> = p.iter().filter(|r| r.split == Split::Train).collect();
         for pat in Pattern::ALL {
             assert!(train.iter().any(|r| r.pattern == pat), "{pat:?}");
@@ -441,17 +508,28 @@ mod tests {
         for per in PERIODS_MS {
             assert!(train.iter().any(|r| r.period_ms == per), "{per}");
         }
-        let sizes: HashSet<u64> = train.iter().map(|r| r.size_bytes).collect();
-        assert!(sizes.len() >= 2, "{sizes:?}");
-        assert_eq!(
-            p[0].name,
-            format!("000-ring-200ms-{}MiB-seed1", p[0].size_bytes >> 20)
-        );
+        for link in LINKS_MBIT {
+            assert!(train.iter().any(|r| r.link_mbit == link), "{link}");
+        }
+        let count = |f: &dyn Fn(&RunSpec) -> u64| {
+            train.iter().map(|r| f(r)).collect::<HashSet<u64>>().len()
+        };
+        assert!(count(&|r| r.size_bytes) >= 4);
+        assert!(count(&|r| u64::from(r.ranks)) >= 2);
+        assert!(count(&|r| u64::from(r.queue_ms)) >= 2);
+        for r in &p {
+            assert!(u32::from(r.ranks) * r.link_mbit <= MAX_RANK_MBIT, "{r:?}");
+            assert!(
+                r.size_bytes >= 256 << 10 && r.size_bytes % (64 << 10) == 0,
+                "{r:?}"
+            );
+        }
+        assert!(p[0].name.starts_with("000-") && p[0].name.ends_with("-seed1"));
         assert_eq!(p[0].rel_dir(), format!("train/{}", p[0].name));
         let first_heldout = p.iter().find(|r| r.split == Split::Heldout).unwrap();
         assert_eq!(
-            (first_heldout.pattern, first_heldout.period_ms),
-            heldout_only()
+            (first_heldout.pattern, first_heldout.link_mbit),
+            HELDOUT_ONLY
         );
         assert!(first_heldout.rel_dir().starts_with("heldout/"));
     }
@@ -469,11 +547,11 @@ mod tests {
         Settings {
             seed: 1,
             duration_s: 25.0,
-            ranks: 4,
-            link_mbit: 1000,
             kinds: Kind::ALL.to_vec(),
             congestion: "cubic".into(),
             sample_ms: 500,
+            calm_s: Some((45.0, 150.0)),
+            gradual_weight: 2,
         }
     }
 

@@ -112,6 +112,18 @@ pub struct LabArgs {
     /// Base rate of every rank's link in Mbit/s, a tbf on its egress (0: no limit).
     #[arg(long, default_value_t = 1000)]
     pub link_mbit: u32,
+    /// Queue limit of every tbf the lab sets, as tbf's `latency` in milliseconds: how long a
+    /// packet may wait before the tbf drops (the queue depth of the bottleneck).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub queue_ms: u32,
+    /// Calm gaps between episodes (and the calm warm-up) in seconds, MIN-MAX [default: the
+    /// episode length L to 1.5 L].
+    #[arg(long, value_name = "MIN-MAX", value_parser = parse_range)]
+    pub calm: Option<(f64, f64)>,
+    /// How many times each gradual kind (ramp, squeeze, incast) is dealt per round of the
+    /// episode deck; abrupt kinds once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub gradual_weight: u32,
     /// TCP congestion control of the training and cross-traffic connections, set per socket
     /// (empty: the namespace's default, which a new namespace inherits from the host).
     #[arg(long, default_value = "cubic")]
@@ -136,7 +148,7 @@ pub struct LabArgs {
     #[arg(
         long,
         value_name = "DIR",
-        conflicts_with_all = ["out", "record", "pattern", "size", "period_ms", "episodes"]
+        conflicts_with_all = ["out", "record", "pattern", "size", "period_ms", "episodes", "ranks", "link_mbit", "queue_ms"]
     )]
     pub corpus: Option<PathBuf>,
     /// With --corpus: the number of training runs; the held-out set has a third as many
@@ -158,6 +170,23 @@ impl LabArgs {
         self.duration
             .unwrap_or(if self.corpus.is_some() { 60.0 } else { 30.0 })
     }
+}
+
+/// Parses `MIN-MAX` seconds, 0 <= MIN <= MAX.
+fn parse_range(s: &str) -> Result<(f64, f64), String> {
+    let (lo, hi) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?}: expected MIN-MAX, e.g. 45-150"))?;
+    let num = |x: &str| {
+        x.trim()
+            .parse::<f64>()
+            .map_err(|_| format!("bad number {x:?} in {s:?}"))
+    };
+    let (lo, hi) = (num(lo)?, num(hi)?);
+    if !(lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi) {
+        return Err(format!("{s:?}: need 0 <= MIN <= MAX"));
+    }
+    Ok((lo, hi))
 }
 
 /// Parses a byte count: a plain number, or with a suffix K/M/G (powers of 1000) or
@@ -446,6 +475,7 @@ fn drive(
 ) -> Result<()> {
     let n = args.ranks as usize;
     let started = Instant::now();
+    topo::set_queue_ms(args.queue_ms);
     lab.build(args.link_mbit)?;
     if cmd::interrupted() {
         bail!("interrupted");
@@ -457,6 +487,8 @@ fn drive(
         kinds: args.kinds.clone(),
         link_mbit: args.link_mbit,
         cross_port: CROSS_PORT,
+        calm_s: args.calm,
+        gradual_weight: args.gradual_weight as usize,
     };
     let sched = if args.episodes == OnOff::On {
         schedule::build(&plan)
@@ -525,7 +557,7 @@ fn drive(
         episodes: args.episodes == OnOff::On,
         kinds: &args.kinds,
         link_mbit: args.link_mbit,
-        tbf_latency_ms: topo::TBF_LATENCY_MS,
+        tbf_latency_ms: topo::queue_ms(),
         congestion: &args.congestion,
         train_port: TRAIN_PORT,
         cross_port: CROSS_PORT,
@@ -859,6 +891,9 @@ mod run_tests {
             episodes: OnOff::On,
             kinds: vec![Kind::Loss, Kind::Tbf],
             link_mbit: 1000,
+            queue_ms: topo::TBF_LATENCY_MS,
+            calm: None,
+            gradual_weight: 1,
             congestion: "cubic".into(),
             sample_ms: 250,
             out: Some(out.clone()),

@@ -249,6 +249,9 @@ pub(super) mod tests {
             episodes: OnOff::Off,
             kinds: Vec::new(),
             link_mbit: LINK_MBIT,
+            queue_ms: super::super::topo::TBF_LATENCY_MS,
+            calm: None,
+            gradual_weight: 1,
             congestion: "cubic".into(),
             sample_ms: 0,
             out: None,
@@ -332,6 +335,8 @@ pub(super) mod tests {
                     kinds: vec![Kind::Tbf],
                     link_mbit: LINK_MBIT,
                     cross_port: CROSS_PORT,
+                    calm_s: None,
+                    gradual_weight: 1,
                 };
                 schedule::build(&plan)
                     .into_iter()
@@ -368,6 +373,9 @@ pub(super) mod tests {
             episodes: OnOff::On,
             kinds: vec![Kind::Tbf],
             link_mbit: LINK_MBIT,
+            queue_ms: super::super::topo::TBF_LATENCY_MS,
+            calm: None,
+            gradual_weight: 1,
             congestion: "cubic".into(),
             sample_ms: 500,
             out: None,

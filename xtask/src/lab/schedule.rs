@@ -228,12 +228,25 @@ pub struct Plan {
     /// Base rate of every rank's egress in Mbit/s (0: no limit).
     pub link_mbit: u32,
     pub cross_port: u16,
+    /// Calm gaps between episodes, and the warm-up, drawn from this range in seconds
+    /// instead of following the episode length: a corpus needs calm stretches long enough
+    /// for an onset to follow a calm baseline.
+    pub calm_s: Option<(f64, f64)>,
+    /// How many times each gradual kind is in the deck (abrupt kinds: once). 0 counts as 1.
+    pub gradual_weight: usize,
 }
 
 impl Plan {
     /// Calm time before the first episode: the baseline.
     pub fn warmup_s(&self) -> f64 {
-        (self.duration_s * 0.2).clamp(2.0, 10.0)
+        let w = (self.duration_s * 0.2).clamp(2.0, 10.0);
+        self.calm_s.map_or(w, |(lo, _)| w.max(lo))
+    }
+
+    /// Shortest and longest calm gap between two episodes.
+    pub fn calm_range_s(&self) -> (f64, f64) {
+        self.calm_s
+            .unwrap_or((self.min_len_s(), self.min_len_s() * 1.5))
     }
 
     /// Calm time kept after the last episode.
@@ -291,7 +304,16 @@ pub fn build(plan: &Plan) -> Vec<Episode> {
             break;
         }
         if deck.is_empty() {
-            deck = kinds.clone();
+            deck = kinds
+                .iter()
+                .flat_map(|&k| {
+                    let n = match k.onset() {
+                        Onset::Gradual => plan.gradual_weight.max(1),
+                        Onset::Abrupt => 1,
+                    };
+                    std::iter::repeat_n(k, n)
+                })
+                .collect();
             rng.shuffle(&mut deck);
         }
         // A gradual kind needs room for its build-up before its `len` at full strength.
@@ -321,7 +343,8 @@ pub fn build(plan: &Plan) -> Vec<Episode> {
             params,
             steps,
         });
-        t = start + build + len + rng.range_f64(min_len, max_len);
+        let (calm_lo, calm_hi) = plan.calm_range_s();
+        t = start + build + len + rng.range_f64(calm_lo, calm_hi);
     }
     out
 }
@@ -503,6 +526,8 @@ mod tests {
             kinds: ABRUPT.to_vec(),
             link_mbit: 1000,
             cross_port: 5201,
+            calm_s: None,
+            gradual_weight: 1,
         }
     }
 
@@ -788,6 +813,38 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
             r#"{"at_s":1.5,"rate_mbit":250,"flows":2}"#
+        );
+    }
+
+    #[test]
+    fn calm_gaps_and_gradual_weight_shape_a_corpus_run() {
+        let (mut gradual, mut abrupt) = (0, 0);
+        for seed in 1..40 {
+            let p = Plan {
+                calm_s: Some((45.0, 150.0)),
+                gradual_weight: 2,
+                ..plan_with(seed, 900.0, &Kind::ALL)
+            };
+            let eps = build(&p);
+            assert!(eps.len() >= 3, "seed {seed}: {} episodes", eps.len());
+            assert!(eps[0].start_s >= 45.0);
+            for w in eps.windows(2) {
+                let gap = w[1].start_s - w[0].end_s;
+                assert!(
+                    (45.0 - 1e-3..=150.0 + 1e-3).contains(&gap),
+                    "seed {seed}: gap {gap}"
+                );
+            }
+            for e in &eps {
+                match e.kind.onset() {
+                    Onset::Gradual => gradual += 1,
+                    Onset::Abrupt => abrupt += 1,
+                }
+            }
+        }
+        assert!(
+            gradual > abrupt * 3 / 2,
+            "{gradual} gradual, {abrupt} abrupt"
         );
     }
 }

@@ -40,8 +40,19 @@ pub fn tbf_burst_bytes(rate_mbit: u32) -> u64 {
 /// veth carries here).
 const DRAIN_MBIT: u32 = 10_000;
 
-/// Queueing delay a tbf may add before it drops: the queue it holds.
+/// Queueing delay a tbf may add before it drops (the queue it holds), unless the run sets
+/// another (`--queue-ms`).
 pub const TBF_LATENCY_MS: u32 = 50;
+static QUEUE_MS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(TBF_LATENCY_MS);
+
+/// The tbf queue limit of this run, in ms: one per process, like the lab itself.
+pub fn queue_ms() -> u32 {
+    QUEUE_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+pub fn set_queue_ms(ms: u32) {
+    QUEUE_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// A process the lab started.
 struct Proc {
@@ -281,7 +292,7 @@ pub fn set_tbf(ns: &str, rate_mbit: u32) -> Result<()> {
 pub fn set_tbf_on(ns: &str, dev: &str, rate_mbit: u32) -> Result<()> {
     let rate = format!("{rate_mbit}mbit");
     let burst = tbf_burst_bytes(rate_mbit).to_string();
-    let latency = format!("{TBF_LATENCY_MS}ms");
+    let latency = format!("{}ms", queue_ms());
     cmd::run(&[
         "tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst",
         &burst, "latency", &latency,
