@@ -65,7 +65,7 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     gauge(
         enc,
         "probe_spike_probability",
-        "The model's probability that the target's event (rtt_spike, retrans_storm, queue_overflow) starts within the horizon",
+        "The model's probability that the target's event (rtt_spike, retrans_storm, iteration_slowdown, queue_overflow) starts within the horizon",
         series(|f| f.spike_probability, true),
     )?;
     gauge(

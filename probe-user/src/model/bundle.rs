@@ -26,16 +26,22 @@ pub struct Entry {
     /// The LightGBM text model, relative to the directory.
     pub file: String,
     pub entity_kind: String,
-    /// rtt_spike, retrans_storm, queue_overflow (classifiers); rtt_p99, throughput
-    /// (regressors).
+    /// rtt_spike, retrans_storm, queue_overflow, iteration_slowdown (classifiers); rtt_p99,
+    /// throughput (regressors). `iteration_slowdown` is a peer classifier: the training
+    /// job's iteration period rises to >= 1.3x its calm level within the horizon.
     pub target: String,
     /// As in the feature and label names ("5s").
     pub horizon: String,
     pub horizon_s: f64,
     pub task: Task,
-    /// Classifiers: the score at and above which the model alarms.
+    /// Classifiers: the probability at and above which the model alarms. With a
+    /// `calibration` it is in the calibrated space (compared with
+    /// [`Entry::probability`], not with the booster's raw output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
+    /// Classifiers: Platt scaling of the booster's probability (absent: served as is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
     /// Regressors predict ln(eps + future) - ln(eps + base), base the sum of these
     /// features now: a forecast relative to the present generalises across links.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -45,6 +51,41 @@ pub struct Entry {
     /// Held-out figures from training (informative).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub metrics: serde_json::Value,
+}
+
+/// Platt scaling on the logit of a classifier's raw probability:
+/// p = 1 / (1 + exp(-(a * logit(raw) + b))), raw clamped to [1e-12, 1 - 1e-12]. `a > 0`
+/// keeps the order of scores.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct Calibration {
+    pub a: f64,
+    pub b: f64,
+}
+
+impl Calibration {
+    /// The calibrated probability of the booster's raw probability `raw`.
+    pub fn apply(&self, raw: f64) -> f64 {
+        let r = raw.clamp(1e-12, 1.0 - 1e-12);
+        let logit = r.ln() - (-r).ln_1p();
+        1.0 / (1.0 + (-(self.a * logit + self.b)).exp())
+    }
+
+    /// Why it cannot serve, if it cannot.
+    fn fault(&self) -> Option<String> {
+        if !(self.a.is_finite() && self.b.is_finite()) {
+            Some(format!(
+                "calibration a={} b={} is not finite",
+                self.a, self.b
+            ))
+        } else if self.a <= 0.0 {
+            Some(format!(
+                "calibration a={} is not positive (it must keep the order of scores)",
+                self.a
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// "Now" for a regressor: the sum of its base features' known values (None when none is
@@ -57,6 +98,15 @@ pub fn base_now(values: impl IntoIterator<Item = f64>) -> Option<f64> {
 }
 
 impl Entry {
+    /// A classifier's probability from the booster's raw probability: calibrated when the
+    /// manifest gives a calibration, else `raw`.
+    pub fn probability(&self, raw: f64) -> f64 {
+        match &self.calibration {
+            Some(c) => c.apply(raw),
+            None => raw,
+        }
+    }
+
     /// The forecast from the regressor's output and the base value now.
     pub fn forecast(&self, raw: f64, base: f64) -> f64 {
         ((self.eps + base) * raw.exp() - self.eps).max(0.0)
@@ -209,8 +259,14 @@ fn check(m: &Manifest, e: &Entry, b: &Booster) -> std::result::Result<(), String
                 Some(t) if (0.0..=1.0).contains(&t) => {}
                 t => return Err(format!("threshold {t:?} is not a probability")),
             }
+            if let Some(f) = e.calibration.as_ref().and_then(Calibration::fault) {
+                return Err(f);
+            }
         }
         Task::Regressor => {
+            if e.calibration.is_some() {
+                return Err("a regressor takes no calibration".into());
+            }
             if e.base.is_empty() || !(e.eps.is_finite() && e.eps > 0.0) {
                 return Err("a regressor needs base features and eps > 0".into());
             }
@@ -309,5 +365,105 @@ mod tests {
     fn a_model_file_outside_the_directory_is_refused() {
         let m = manifest(60, "0.4").replace("\"m.txt\"", "\"../m.txt\"");
         assert!(err(load(&m, &model_text())).contains("directory itself"));
+    }
+
+    #[test]
+    fn identity_calibration_is_raw_and_any_calibration_is_monotone() {
+        let id = Calibration { a: 1.0, b: 0.0 };
+        for raw in [1e-9, 0.01, 0.2, 0.5, 0.73, 0.99, 1.0 - 1e-9] {
+            assert!(
+                (id.apply(raw) - raw).abs() < 1e-12,
+                "{raw}: {}",
+                id.apply(raw)
+            );
+        }
+        for c in [
+            id,
+            Calibration { a: 0.3, b: -2.0 },
+            Calibration { a: 4.0, b: 1.5 },
+        ] {
+            let mut last = -1.0;
+            for i in 0..=1000 {
+                let p = c.apply(f64::from(i) / 1000.0);
+                assert!(p.is_finite() && (0.0..=1.0).contains(&p), "{c:?}: {p}");
+                assert!(p >= last, "{c:?} is not monotone at {i}");
+                last = p;
+            }
+        }
+        // Entry::probability: calibrated when given, raw when not.
+        let b = load(&manifest(60, "0.4"), &model_text()).unwrap();
+        let mut e = b.manifest.models[0].clone();
+        assert_eq!(e.calibration, None);
+        assert_eq!(e.probability(0.37), 0.37);
+        e.calibration = Some(Calibration { a: 2.0, b: -1.0 });
+        assert_eq!(
+            e.probability(0.37),
+            Calibration { a: 2.0, b: -1.0 }.apply(0.37)
+        );
+        assert!(e.probability(0.37) < 0.37);
+    }
+
+    fn calibrated(cal: &str) -> String {
+        manifest(60, "0.4").replace(
+            r#""threshold": 0.4"#,
+            &format!(r#""threshold": 0.4, "calibration": {cal}"#),
+        )
+    }
+
+    #[test]
+    fn a_calibrated_classifier_loads_and_round_trips() {
+        let b = load(&calibrated(r#"{"a": 0.8, "b": -0.25}"#), &model_text()).unwrap();
+        let e = &b.manifest.models[0];
+        assert_eq!(e.calibration, Some(Calibration { a: 0.8, b: -0.25 }));
+        let back = serde_json::to_string(&b.manifest).unwrap();
+        assert!(
+            back.contains(r#""calibration":{"a":0.8,"b":-0.25}"#),
+            "{back}"
+        );
+        // Without one, nothing is written.
+        let b = load(&manifest(60, "0.4"), &model_text()).unwrap();
+        assert!(!serde_json::to_string(&b.manifest)
+            .unwrap()
+            .contains("calibration"));
+    }
+
+    #[test]
+    fn bad_calibrations_are_refused() {
+        let t = model_text();
+        for (cal, fault) in [
+            (r#"{"a": 0.0, "b": 0.0}"#, "not positive"),
+            (r#"{"a": -1.0, "b": 0.0}"#, "not positive"),
+        ] {
+            let e = err(load(&calibrated(cal), &t));
+            assert!(e.contains("m.txt") && e.contains(fault), "{e}");
+        }
+        // JSON has no NaN or infinity: such a number does not parse.
+        let e = err(load(&calibrated(r#"{"a": 1e999, "b": 0.0}"#), &t));
+        assert!(e.contains("malformed"), "{e}");
+        for c in [
+            Calibration {
+                a: f64::NAN,
+                b: 0.0,
+            },
+            Calibration {
+                a: 1.0,
+                b: f64::INFINITY,
+            },
+        ] {
+            assert!(c.fault().unwrap().contains("not finite"), "{c:?}");
+        }
+        assert_eq!(Calibration { a: 1.0, b: 0.0 }.fault(), None);
+        // On a regressor.
+        let m = calibrated(r#"{"a": 1.0, "b": 0.0}"#).replace(
+            r#""task": "classifier""#,
+            r#""task": "regressor", "base": ["Column_0"], "eps": 1.0"#,
+        );
+        let e = err(load(&m, &t));
+        assert!(e.contains("regressor takes no calibration"), "{e}");
+        assert!(load(
+            &m.replace(r#", "calibration": {"a": 1.0, "b": 0.0}"#, ""),
+            &t
+        )
+        .is_ok());
     }
 }

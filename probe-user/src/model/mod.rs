@@ -64,7 +64,8 @@ mod tests {
 
     /// A model directory written by LightGBM's Python package on probe's peer features
     /// (tests/fixtures/python-model/make.py) loads into the daemon's model stage and scores
-    /// each row as Python's `predict` did.
+    /// each row as Python's `predict` did. Rows without RTT in the shortest window get no
+    /// forecast from the stage (its presence gate); the booster still scores them as Python.
     #[test]
     fn a_python_lightgbm_model_scores_as_in_python() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python-model");
@@ -74,17 +75,24 @@ mod tests {
         let rows: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("rows.json")).unwrap()).unwrap();
         let schema = Arc::new(Schema::new(PEER, &cfg));
-        let (mut scratch, mut worst) = (Vec::new(), 0.0f64);
+        let (mut scratch, mut worst, mut gated) = (Vec::new(), 0.0f64, 0);
         let want = rows["predict"].as_array().unwrap();
         assert!(want.len() >= 20);
         let names = &bound.bundle.manifest.features[PEER];
         for (row, want) in rows["rows"].as_array().unwrap().iter().zip(want) {
             // The rows are in the model's order; the daemon's rows in its schema's (which
             // may have more features): placed by name, as the stage gathers them back.
+            let x: Vec<f64> = row
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap_or(f64::NAN))
+                .collect();
             let mut values = vec![f64::NAN; schema.len()];
-            for (n, v) in names.iter().zip(row.as_array().unwrap()) {
-                values[schema.index(n).unwrap()] = v.as_f64().unwrap_or(f64::NAN);
+            for (n, v) in names.iter().zip(&x) {
+                values[schema.index(n).unwrap()] = *v;
             }
+            let rtt_known = values[schema.index("rtt_p99_mean_5s").unwrap()].is_finite();
             let fr = FeatureRow {
                 time_unix: 0.0,
                 entity_kind: PEER,
@@ -94,11 +102,21 @@ mod tests {
             };
             let mut out = Vec::new();
             bound.score(&fr, &mut scratch, &mut out);
-            assert_eq!(out.len(), 1);
-            let got = out[0].spike_probability.unwrap();
+            let got = if rtt_known {
+                assert_eq!(out.len(), 1);
+                out[0].spike_probability.unwrap()
+            } else {
+                assert_eq!(out, []);
+                gated += 1;
+                bound.bundle.boosters[0].predict(&x)
+            };
             worst = worst.max((got - want.as_f64().unwrap()).abs());
         }
         assert!(worst < 1e-9, "max |probe - python| = {worst:e}");
+        assert!(
+            (1..want.len() / 2).contains(&gated),
+            "{gated} rows without RTT"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The model stage: after the features, every entity of a kind the model knows is scored by
-//! every model of that kind, each tick. Folded peers are scored too (the export drops their
-//! series, the JSON keeps them).
+//! every model of that kind, each tick, where there is a signal: a model whose presence
+//! feature is not known this tick (a peer without RTT samples, an idle interface) makes no
+//! forecast for the entity. Folded peers are scored too (the export drops their series, the
+//! JSON keeps them).
 use std::{
     sync::{Arc, Mutex},
     time::Instant,
@@ -9,7 +11,12 @@ use std::{
 use serde::Serialize;
 
 use super::bundle::{base_now, Bundle, Task};
-use crate::{features::FeatureRow, pipeline, snapshot::Snapshot};
+use crate::{
+    features::FeatureRow,
+    observe::{INTERFACE, PEER},
+    pipeline,
+    snapshot::Snapshot,
+};
 
 /// One score of one entity: a spike probability, or a forecast.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,13 +59,96 @@ struct KindModels {
     kind: String,
     schema: Vec<String>,
     gather: Option<Vec<usize>>,
-    /// (index into bundle entries, base feature indices in the model's input order).
-    models: Vec<(usize, Vec<usize>)>,
+    models: Vec<BoundModel>,
+}
+
+/// One model of a kind.
+struct BoundModel {
+    /// Index into the bundle's entries.
+    entry: usize,
+    /// Base feature indices, in the model's input order.
+    base: Vec<usize>,
+    presence: Presence,
+}
+
+/// What must be known this tick for a model to score an entity: indices into the daemon's
+/// feature row (not the model's input), resolved once when the bundle is bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Presence {
+    /// No gate (a target this probe has no rule for, or a schema without the feature).
+    Always,
+    /// The feature is known (finite).
+    Known(usize),
+    /// Either feature is known.
+    EitherKnown(usize, usize),
+    /// The feature is known and above 0.
+    Positive(usize),
+}
+
+impl Presence {
+    /// The gate of `target` for entities of `kind` whose rows are laid out as `schema`:
+    /// - peer rtt_spike, retrans_storm, iteration_slowdown, rtt_p99: RTT samples in the
+    ///   shortest window (`rtt_p99_mean_<W>` known);
+    /// - throughput: traffic seen in the shortest window (`tx_bytes_mean_<W>` or
+    ///   `rx_bytes_mean_<W>` known);
+    /// - interface queue_overflow: the interface sent in the shortest window
+    ///   (`tx_bytes_mean_<W>` known and > 0).
+    fn resolve(kind: &str, target: &str, schema: &[String]) -> Presence {
+        let at = |signal: &str| shortest_mean(schema, signal);
+        let gate = match (kind, target) {
+            (PEER, "rtt_spike" | "retrans_storm" | "iteration_slowdown" | "rtt_p99") => {
+                at("rtt_p99").map(Presence::Known)
+            }
+            (_, "throughput") => match (at("tx_bytes"), at("rx_bytes")) {
+                (Some(t), Some(r)) => Some(Presence::EitherKnown(t, r)),
+                (Some(i), None) | (None, Some(i)) => Some(Presence::Known(i)),
+                (None, None) => None,
+            },
+            (INTERFACE, "queue_overflow") => at("tx_bytes").map(Presence::Positive),
+            _ => None,
+        };
+        gate.unwrap_or(Presence::Always)
+    }
+
+    fn holds(self, values: &[f64]) -> bool {
+        let known = |i: usize| values.get(i).is_some_and(|v| v.is_finite());
+        match self {
+            Presence::Always => true,
+            Presence::Known(i) => known(i),
+            Presence::EitherKnown(i, j) => known(i) || known(j),
+            Presence::Positive(i) => values.get(i).is_some_and(|v| v.is_finite() && *v > 0.0),
+        }
+    }
+}
+
+/// Where `{signal}_mean_<W>` sits in `schema`, W the shortest window it has.
+fn shortest_mean(schema: &[String], signal: &str) -> Option<usize> {
+    let prefix = format!("{signal}_mean_");
+    schema
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| Some((window(n.strip_prefix(&prefix)?)?, i)))
+        .min()
+        .map(|(_, i)| i)
+}
+
+/// A window's label (`schema::label`: `5s`, `500ms`) back to milliseconds.
+fn window(label: &str) -> Option<u64> {
+    let digits = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    match label.strip_suffix("ms") {
+        Some(ms) => digits(ms),
+        None => digits(label.strip_suffix('s')?)?.checked_mul(1000),
+    }
 }
 
 impl Bound {
     /// Checks the bundle against the schemas the daemon produces (`names` of each kind):
-    /// every feature a model reads must exist.
+    /// every feature a model reads must exist. Each model's presence gate is resolved here,
+    /// against the kind's schema.
     pub fn bind(bundle: Bundle, schemas: &[(&str, Vec<String>)]) -> anyhow::Result<Bound> {
         let m = &bundle.manifest;
         let mut kinds = Vec::new();
@@ -90,13 +180,14 @@ impl Bound {
                 .iter()
                 .enumerate()
                 .filter(|(_, e)| &e.entity_kind == kind)
-                .map(|(i, e)| {
-                    let base = e
+                .map(|(entry, e)| BoundModel {
+                    entry,
+                    base: e
                         .base
                         .iter()
                         .filter_map(|b| names.iter().position(|n| n == b))
-                        .collect();
-                    (i, base)
+                        .collect(),
+                    presence: Presence::resolve(kind, &e.target, schema),
                 })
                 .collect();
             kinds.push(KindModels {
@@ -120,8 +211,9 @@ impl Bound {
         }
     }
 
-    /// Scores of one entity's feature row; false for a kind without models. `scratch`
-    /// holds the gathered input between calls.
+    /// Scores of one entity's feature row; false for a kind without models. A model whose
+    /// presence feature is not known in the row adds nothing. `scratch` holds the gathered
+    /// input between calls.
     pub fn score(&self, row: &FeatureRow, scratch: &mut Vec<f64>, out: &mut Vec<Forecast>) -> bool {
         let Some(k) = self.kinds.iter().find(|k| k.kind == row.entity_kind) else {
             return false;
@@ -130,17 +222,24 @@ impl Bound {
         if row.schema.names.len() != k.schema.len() {
             return false;
         }
-        let x: &[f64] = match &k.gather {
-            None => &row.values,
-            Some(g) => {
-                scratch.clear();
-                scratch.extend(g.iter().map(|&i| row.values[i]));
-                scratch
+        let mut gathered = false;
+        for m in &k.models {
+            if !m.presence.holds(&row.values) {
+                continue;
             }
-        };
-        for (i, base) in &k.models {
-            let e = &self.bundle.manifest.models[*i];
-            let b = &self.bundle.boosters[*i];
+            let x: &[f64] = match &k.gather {
+                None => &row.values,
+                Some(g) => {
+                    if !gathered {
+                        scratch.clear();
+                        scratch.extend(g.iter().map(|&i| row.values[i]));
+                        gathered = true;
+                    }
+                    scratch
+                }
+            };
+            let e = &self.bundle.manifest.models[m.entry];
+            let b = &self.bundle.boosters[m.entry];
             let mut f = Forecast {
                 entity_kind: row.entity_kind,
                 entity: row.entity.clone(),
@@ -153,11 +252,12 @@ impl Bound {
             };
             match e.task {
                 Task::Classifier => {
-                    f.spike_probability = Some(b.predict(x)).filter(|p| p.is_finite());
+                    f.spike_probability =
+                        Some(e.probability(b.predict(x))).filter(|p| p.is_finite());
                     f.threshold = e.threshold;
                 }
                 Task::Regressor => {
-                    let Some(now) = base_now(base.iter().map(|&j| x[j])) else {
+                    let Some(now) = base_now(m.base.iter().map(|&j| x[j])) else {
                         continue;
                     };
                     let v = Some(e.forecast(b.predict(x), now)).filter(|v| v.is_finite());
@@ -210,5 +310,223 @@ impl pipeline::Stage for Model {
         snap.model_seconds = t.elapsed().as_secs_f64();
         snap.model = Some(bound.info());
         snap.forecasts = out;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{
+        features::{schema::Schema, FeatureConfig},
+        model::bundle::Calibration,
+    };
+
+    /// A LightGBM text model of one leaf: it reads `names` and always says `leaf`.
+    fn constant_model(names: &[String], objective: &str, leaf: f64) -> String {
+        let n = names.len();
+        format!(
+            "tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\nlabel_index=0\n\
+             max_feature_idx={}\nobjective={objective}\nfeature_names={}\nfeature_infos={}\n\n\
+             Tree=0\nnum_leaves=1\nnum_cat=0\nsplit_feature=\nsplit_gain=\nthreshold=\n\
+             decision_type=\nleft_child=\nright_child=\nleaf_value={leaf}\nleaf_weight=\n\
+             leaf_count=10\ninternal_value=\ninternal_weight=\ninternal_count=\nis_linear=0\n\
+             shrinkage=1\n\n\nend of trees\n",
+            n - 1,
+            names.join(" "),
+            vec!["none"; n].join(" ")
+        )
+    }
+
+    const LEAF: f64 = -1.0;
+    const CAL: Calibration = Calibration { a: 2.0, b: 0.5 };
+
+    /// Peer and interface models of every target on the default schemas.
+    fn bound() -> Bound {
+        let cfg = FeatureConfig::default();
+        let schemas = crate::model::schemas(&cfg);
+        let names = |k: &str| schemas.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+        let (peer, iface) = (names(PEER), names(INTERFACE));
+        let classifier = |kind: &str, target: &str, cal: &str| {
+            format!(
+                r#"{{"file": "{kind}-{target}.txt", "entity_kind": "{kind}", "target": "{target}",
+                    "horizon": "5s", "horizon_s": 5.0, "task": "classifier", "threshold": 0.5{cal}}}"#
+            )
+        };
+        let regressor = |target: &str, base: &str, eps: f64| {
+            format!(
+                r#"{{"file": "peer-{target}.txt", "entity_kind": "peer", "target": "{target}",
+                    "horizon": "5s", "horizon_s": 5.0, "task": "regressor", "base": {base}, "eps": {eps}}}"#
+            )
+        };
+        let models = [
+            classifier(
+                PEER,
+                "rtt_spike",
+                &format!(r#", "calibration": {{"a": {}, "b": {}}}"#, CAL.a, CAL.b),
+            ),
+            classifier(PEER, "retrans_storm", ""),
+            classifier(PEER, "iteration_slowdown", ""),
+            classifier(INTERFACE, "queue_overflow", ""),
+            regressor("rtt_p99", r#"["rtt_p99_last"]"#, 1e-4),
+            regressor(
+                "throughput",
+                r#"["tx_bytes_last", "rx_bytes_last"]"#,
+                1000.0,
+            ),
+        ];
+        let manifest = format!(
+            r#"{{"format": 1, "name": "t", "trained_on": "tests", "probe_version": "0",
+                "windows": ["5s", "30s", "120s"], "horizons": ["5s"],
+                "features": {{"peer": {}, "interface": {}}}, "models": [{}]}}"#,
+            serde_json::to_string(&peer).unwrap(),
+            serde_json::to_string(&iface).unwrap(),
+            models.join(",")
+        );
+        let bundle = Bundle::from_parts("t", &manifest, |file| {
+            Ok(match file {
+                f if f.starts_with("interface-") => {
+                    constant_model(&iface, "binary sigmoid:1", LEAF)
+                }
+                "peer-rtt_p99.txt" | "peer-throughput.txt" => {
+                    constant_model(&peer, "regression", 0.0)
+                }
+                _ => constant_model(&peer, "binary sigmoid:1", LEAF),
+            })
+        })
+        .unwrap();
+        Bound::bind(bundle, &schemas).unwrap()
+    }
+
+    /// A row of `kind` with only `known` known.
+    fn row(kind: &'static str, known: &[(&str, f64)]) -> FeatureRow {
+        let schema = Arc::new(Schema::new(kind, &FeatureConfig::default()));
+        let mut values = vec![f64::NAN; schema.len()];
+        for (n, v) in known {
+            values[schema.index(n).unwrap()] = *v;
+        }
+        FeatureRow {
+            time_unix: 0.0,
+            entity_kind: kind,
+            entity: "e".into(),
+            schema,
+            values,
+        }
+    }
+
+    fn targets(b: &Bound, r: &FeatureRow) -> Vec<String> {
+        let mut out = Vec::new();
+        assert!(b.score(r, &mut Vec::new(), &mut out));
+        let mut t: Vec<String> = out.into_iter().map(|f| f.target).collect();
+        t.sort();
+        t
+    }
+
+    const TRAFFIC: &[(&str, f64)] = &[
+        ("tx_bytes_last", 1e6),
+        ("rx_bytes_last", 2e5),
+        ("tx_bytes_mean_5s", 1e6),
+        ("rx_bytes_mean_5s", 2e5),
+    ];
+
+    #[test]
+    fn a_peer_without_rtt_gets_no_rtt_forecast_but_a_throughput_one() {
+        let b = bound();
+        assert_eq!(targets(&b, &row(PEER, TRAFFIC)), ["throughput"]);
+        // Only received traffic is traffic too.
+        assert_eq!(
+            targets(
+                &b,
+                &row(PEER, &[("rx_bytes_last", 5.0), ("rx_bytes_mean_5s", 5.0)])
+            ),
+            ["throughput"]
+        );
+        // RTT known in a longer window only: not this tick's signal.
+        let mut known = TRAFFIC.to_vec();
+        known.extend([("rtt_p99_last", 1e-3), ("rtt_p99_mean_30s", 1e-3)]);
+        assert_eq!(targets(&b, &row(PEER, &known)), ["throughput"]);
+        // Nothing at all: no forecast (the row still counts as one of a scored kind).
+        assert_eq!(targets(&b, &row(PEER, &[])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_peer_with_rtt_gets_every_forecast() {
+        let b = bound();
+        let mut known = TRAFFIC.to_vec();
+        known.extend([("rtt_p99_last", 2e-3), ("rtt_p99_mean_5s", 2e-3)]);
+        let r = row(PEER, &known);
+        assert_eq!(
+            targets(&b, &r),
+            [
+                "iteration_slowdown",
+                "retrans_storm",
+                "rtt_p99",
+                "rtt_spike",
+                "throughput"
+            ]
+        );
+        let mut out = Vec::new();
+        b.score(&r, &mut Vec::new(), &mut out);
+        let p = |t: &str| {
+            out.iter()
+                .find(|f| f.target == t)
+                .unwrap()
+                .spike_probability
+                .unwrap()
+        };
+        // Calibrated where the manifest says so, raw elsewhere.
+        let raw = 1.0 / (1.0 + (-LEAF).exp());
+        assert!((p("retrans_storm") - raw).abs() < 1e-12);
+        assert!((p("rtt_spike") - CAL.apply(raw)).abs() < 1e-12);
+        assert!(p("rtt_spike") != p("retrans_storm"));
+        let rtt = out.iter().find(|f| f.target == "rtt_p99").unwrap();
+        assert!((rtt.rtt_forecast_s.unwrap() - 2e-3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_idle_interface_gets_no_queue_forecast() {
+        let b = bound();
+        let q = |tx: f64| targets(&b, &row(INTERFACE, &[("tx_bytes_mean_5s", tx)]));
+        assert_eq!(q(f64::NAN), Vec::<String>::new());
+        assert_eq!(q(0.0), Vec::<String>::new());
+        assert_eq!(q(1500.0), ["queue_overflow"]);
+    }
+
+    #[test]
+    fn the_gate_is_the_shortest_window_of_the_schema() {
+        let names: Vec<String> = ["rtt_p99_mean_30s", "rtt_p99_mean_500ms", "rtt_p99_mean_2s"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(shortest_mean(&names, "rtt_p99"), Some(1));
+        assert_eq!(shortest_mean(&names, "tx_bytes"), None);
+        assert_eq!(window("120s"), Some(120_000));
+        assert_eq!(window("500ms"), Some(500));
+        assert_eq!(window("s"), None);
+        assert_eq!(window("x5s"), None);
+        let cfg = FeatureConfig {
+            windows: vec![
+                std::time::Duration::from_secs(2),
+                std::time::Duration::from_secs(10),
+            ],
+            ..FeatureConfig::default()
+        };
+        let peer = Schema::new(PEER, &cfg);
+        assert_eq!(
+            Presence::resolve(PEER, "rtt_spike", &peer.names),
+            Presence::Known(peer.index("rtt_p99_mean_2s").unwrap())
+        );
+        assert_eq!(
+            Presence::resolve(PEER, "throughput", &peer.names),
+            Presence::EitherKnown(
+                peer.index("tx_bytes_mean_2s").unwrap(),
+                peer.index("rx_bytes_mean_2s").unwrap()
+            )
+        );
+        assert_eq!(
+            Presence::resolve(PEER, "something_new", &peer.names),
+            Presence::Always
+        );
     }
 }

@@ -71,14 +71,18 @@ pub fn sparkline(v: &[f64], width: usize) -> String {
         .collect()
 }
 
-/// Spike probabilities per horizon, `1s:90% 10s:20%`.
+/// Spike probabilities per horizon, `5s:9% 30s:62%!` (`!`: at or above the model's
+/// threshold, where ProbeSpikeForecast fires).
 fn spike(p: &PeerRow) -> String {
     if p.spike.is_empty() {
         return DASH.to_string();
     }
     p.spike
         .iter()
-        .map(|(h, v)| format!("{}:{}", secs(Some(*h)), percent(Some(*v))))
+        .map(|(h, v, alarm)| {
+            let mark = if *alarm { "!" } else { "" };
+            format!("{}:{}{mark}", secs(Some(*h)), percent(Some(*v)))
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

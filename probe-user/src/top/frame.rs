@@ -24,8 +24,9 @@ pub struct PeerRow {
     /// Mean size of the bursts that ended in the last interval.
     pub burst_bytes: Option<f64>,
     pub iteration_period: Option<f64>,
-    /// (horizon in seconds, spike probability), shortest horizon first.
-    pub spike: Vec<(f64, f64)>,
+    /// (horizon in seconds, spike probability, at or above the model's threshold), the
+    /// highest over targets, shortest horizon first.
+    pub spike: Vec<(f64, f64, bool)>,
     pub rtt_forecast: Option<f64>,
     /// RTT over the host's median peer RTT (the daemon's feature, else computed here).
     pub straggler_ratio: Option<f64>,
@@ -245,19 +246,21 @@ fn peer(now: &Snapshot, prev: Option<&Snapshot>, dt: Option<f64>, name: &str) ->
 
 /// A peer's spike probabilities by horizon (shortest first; the highest over targets), and
 /// its RTT forecast at the shortest horizon that has one.
-fn forecasts(now: &Snapshot, name: &str) -> (Vec<(f64, f64)>, Option<f64>) {
+fn forecasts(now: &Snapshot, name: &str) -> (Vec<(f64, f64, bool)>, Option<f64>) {
     let rows = now
         .forecasts
         .iter()
         .filter(|f| f.entity == name && (f.entity_kind.is_empty() || f.entity_kind == "peer"));
-    let mut spike: Vec<(f64, f64)> = Vec::new();
+    let mut spike: Vec<(f64, f64, bool)> = Vec::new();
     let mut rtt: Option<(f64, f64)> = None;
     for f in rows {
         let h = f.horizon_s.unwrap_or(0.0);
         if let Some(p) = f.spike_probability {
+            // The model's own operating point, as the ProbeSpikeForecast alert uses it.
+            let alarm = f.threshold.is_some_and(|t| p >= t);
             match spike.iter_mut().find(|s| s.0 == h) {
-                Some(s) => s.1 = s.1.max(p),
-                None => spike.push((h, p)),
+                Some(s) => (s.1, s.2) = (s.1.max(p), s.2 || alarm),
+                None => spike.push((h, p, alarm)),
             }
         }
         if let Some(r) = f.rtt_forecast_s {
@@ -528,7 +531,7 @@ mod tests {
                 "values": {"iteration_period_s": 0.3, "rtt_straggler_ratio": 3.5}}],
             "forecasts": [
                 {"entity_kind": "peer", "entity": "a", "target": "rtt", "horizon_s": 10,
-                 "spike_probability": 0.2},
+                 "spike_probability": 0.2, "threshold": 0.1},
                 {"entity_kind": "peer", "entity": "a", "target": "rtt", "horizon_s": 1,
                  "spike_probability": 0.9, "rtt_forecast_s": 0.008},
                 {"entity_kind": "peer", "entity": "a", "target": "retransmits", "horizon_s": 1,
@@ -542,7 +545,7 @@ mod tests {
         assert_eq!(p.burst_bytes, Some(1500.0));
         assert_eq!(p.rtt_p99, Some(0.004));
         assert_eq!(p.iteration_period, Some(0.3));
-        assert_eq!(p.spike, vec![(1.0, 0.9), (10.0, 0.2)]);
+        assert_eq!(p.spike, vec![(1.0, 0.9, false), (10.0, 0.2, true)]);
         assert_eq!(p.rtt_forecast, Some(0.008));
         assert!(p.is_straggler());
         assert!(p.risk() > 2.8);

@@ -299,6 +299,8 @@ pub struct Forecast {
     pub horizon_s: Option<f64>,
     #[serde(alias = "probability")]
     pub spike_probability: Option<f64>,
+    /// The probability at and above which the model alarms.
+    pub threshold: Option<f64>,
     pub rtt_forecast_s: Option<f64>,
 }
 

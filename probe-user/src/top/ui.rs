@@ -312,11 +312,16 @@ fn draw_detail(t: &mut Term, app: &App, area: Rect) {
             f::secs(p.rtt_forecast)
         ),
     ];
-    for (h, v) in &p.spike {
+    for (h, v, alarm) in &p.spike {
         lines.push(format!(
-            "spike within {}: {}",
+            "spike within {}: {}{}",
             f::secs(Some(*h)),
-            f::percent(Some(*v))
+            f::percent(Some(*v)),
+            if *alarm {
+                " (at or above the model's threshold)"
+            } else {
+                ""
+            }
         ));
     }
     lines.push(String::new());
