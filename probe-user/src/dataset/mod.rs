@@ -41,16 +41,25 @@ pub struct FeaturesArgs {
 
     /// Label horizons.
     #[arg(long, value_name = "DURATIONS", value_delimiter = ',',
-          value_parser = crate::cli::parse_duration, default_values = ["5s", "30s", "120s"])]
+          value_parser = crate::cli::parse_duration, default_values = ["5s", "15s", "30s"])]
     pub horizons: Vec<Duration>,
 
-    /// An RTT spike is the tick's RTT p99 above this many times its 5-minute median.
-    #[arg(long, value_name = "X", default_value_t = 1.5)]
+    /// An RTT spike is the RTT p99 at least this many times its calm level (and a
+    /// retransmit storm the same of retransmits)...
+    #[arg(long, value_name = "X", default_value_t = 2.0)]
     pub spike_factor: f64,
 
-    /// ...and above this floor.
+    /// ...and at least this much above it.
     #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "1ms")]
-    pub rtt_floor: Duration,
+    pub rtt_margin: Duration,
+
+    /// Calm time an onset needs before it; rows this long after an event are masked.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "30s")]
+    pub quiet: Duration,
+
+    /// History the calm level needs before events are called.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "60s")]
+    pub calm_min: Duration,
 
     /// Keep only the peers whose address starts with one of these prefixes (e.g. the lab's
     /// `10.232.`); other entity kinds are all kept. Features are computed over every peer
@@ -162,6 +171,21 @@ pub fn replay(obs: &[Observation], events: &[BurstEvent], cfg: FeatureConfig) ->
     out
 }
 
+/// The training job's iteration log beside a recording, if there is one: a lab run's
+/// `rank0.jsonl` (every rank of a synchronous job keeps the same pace).
+pub const JOB_LOG: &str = "rank0.jsonl";
+
+fn job_log(recording: &Path) -> Result<Option<labels::JobLog>> {
+    let Some(p) = recording.parent().map(|d| d.join(JOB_LOG)) else {
+        return Ok(None);
+    };
+    match std::fs::read_to_string(&p) {
+        Ok(text) => Ok(Some(labels::JobLog::parse(&text))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+    }
+}
+
 fn recording_name(p: &Path) -> String {
     let n = p
         .file_name()
@@ -205,6 +229,7 @@ fn featurize(
     if events.windows(2).any(|w| w[1].tick_unix < w[0].tick_unix) {
         bail!("{}: burst events are not in tick order", ev_path.display());
     }
+    let job = job_log(path)?;
     let tick = tick_of(&obs);
     let cfg = FeatureConfig {
         tick,
@@ -231,7 +256,7 @@ fn featurize(
     for (key, rows) in &by_entity {
         for (o, l) in rows
             .iter()
-            .zip(labels::label(rows, lcfg, tick.as_secs_f64()))
+            .zip(labels::label(rows, lcfg, tick.as_secs_f64(), job.as_ref()))
         {
             label_rows.insert((*key, o.time_unix.to_bits()), l);
         }
@@ -281,12 +306,14 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
     fcfg.validate()
         .map_err(|e| anyhow::anyhow!("--windows: {e}"))?;
     if !(args.spike_factor > 1.0 && args.spike_factor.is_finite()) {
-        bail!("--spike-factor must be a number above 1 (e.g. 1.5)");
+        bail!("--spike-factor must be a number above 1 (e.g. 2)");
     }
     let lcfg = LabelConfig {
         horizons: args.horizons.clone(),
         spike_factor: args.spike_factor,
-        rtt_floor_s: args.rtt_floor.as_secs_f64(),
+        rtt_margin_s: args.rtt_margin.as_secs_f64(),
+        quiet: args.quiet,
+        calm_min: args.calm_min,
         ..LabelConfig::default()
     };
     let numeric = columns(&fcfg, &lcfg);
@@ -294,6 +321,15 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         ("probe.features.windows", label_list(&fcfg.windows)),
         ("probe.features.horizons", label_list(&lcfg.horizons)),
         ("probe.features.spike_factor", lcfg.spike_factor.to_string()),
+        ("probe.features.rtt_margin_s", lcfg.rtt_margin_s.to_string()),
+        (
+            "probe.features.quiet_s",
+            lcfg.quiet.as_secs_f64().to_string(),
+        ),
+        (
+            "probe.features.calm_min_s",
+            lcfg.calm_min.as_secs_f64().to_string(),
+        ),
         ("probe.version", env!("CARGO_PKG_VERSION").to_string()),
     ];
     let mut w = RecordingWriter::create(&args.out, table(&numeric), &meta)?;

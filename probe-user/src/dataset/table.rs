@@ -60,6 +60,31 @@ impl FeatureTable {
         self.list("probe.features.horizons")
     }
 
+    /// The label settings the table was made with (the defaults for what it does not say:
+    /// tables made before a setting existed), so that baselines share the labels' floors.
+    pub fn label_config(&self) -> super::labels::LabelConfig {
+        let mut c = super::labels::LabelConfig::default();
+        let num = |k: &str| self.meta.get(k).and_then(|v| v.parse::<f64>().ok());
+        let secs = |k: &str| {
+            num(k)
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .map(std::time::Duration::from_secs_f64)
+        };
+        if let Some(v) = num("probe.features.spike_factor") {
+            c.spike_factor = v;
+        }
+        if let Some(v) = num("probe.features.rtt_margin_s") {
+            c.rtt_margin_s = v;
+        }
+        if let Some(v) = secs("probe.features.quiet_s") {
+            c.quiet = v;
+        }
+        if let Some(v) = secs("probe.features.calm_min_s") {
+            c.calm_min = v;
+        }
+        c
+    }
+
     fn list(&self, key: &str) -> Result<Vec<String>> {
         match self.meta.get(key) {
             Some(v) => Ok(v.split(',').map(str::to_owned).collect()),
