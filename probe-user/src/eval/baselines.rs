@@ -1,6 +1,6 @@
-//! The simple rules a model must beat, as scores per tick for one entity's series: a
-//! trailing median, "EWMA above k x its baseline", a z-score, Prometheus's
-//! `predict_linear`, and a plain ratio.
+//! The simple rules a model must beat, as series transforms per tick for one entity: a
+//! time-aware EWMA, a z-score and Prometheus's `predict_linear` (`eval` scores their output
+//! as the label's severity).
 //!
 //! Every function takes the series in time order (`t` in seconds, increasing; `x` the raw
 //! signal, NaN = not observed that tick) and returns one score per tick, NaN when it cannot
@@ -8,40 +8,14 @@
 //! seconds of `t`, not in ticks, because ticks may be irregular.
 use std::collections::VecDeque;
 
-use crate::features::median;
-
-/// Values a baseline median needs before `ewma_ratio` trusts it.
-const BASELINE_MIN_N: usize = 10;
-
 /// The score `zscore` gives when the window's spread rounds to 0 but x is off its mean
 /// (a finite stand-in for +/- infinity, so that thresholds and sorting stay simple).
 const ZSCORE_CAP: f64 = 1e6;
 
-/// Median of the finite x in (t[i] - window_s, t[i]), strictly before tick i; NaN when
-/// there are fewer than `min_n` such values. O(n * k log k) for k ticks per window.
-pub fn trailing_median(t: &[f64], x: &[f64], window_s: f64, min_n: usize) -> Vec<f64> {
-    assert_eq!(t.len(), x.len(), "t and x differ in length");
-    let mut out = Vec::with_capacity(t.len());
-    let mut lo = 0;
-    let mut buf = Vec::new();
-    for i in 0..t.len() {
-        while lo < i && t[lo] <= t[i] - window_s {
-            lo += 1;
-        }
-        buf.clear();
-        buf.extend(x[lo..i].iter().copied().filter(|v| v.is_finite()));
-        out.push(match median(&mut buf) {
-            Some(m) if buf.len() >= min_n => m,
-            _ => f64::NAN,
-        });
-    }
-    out
-}
-
 /// Time-aware EWMA: at each observation the past keeps weight 0.5^(dt / half_life_s),
 /// dt being the time since the previous observation. Unobserved ticks carry the last
 /// value; NaN before the first observation.
-fn ewma(t: &[f64], x: &[f64], half_life_s: f64) -> Vec<f64> {
+pub fn ewma(t: &[f64], x: &[f64], half_life_s: f64) -> Vec<f64> {
     assert_eq!(t.len(), x.len(), "t and x differ in length");
     let mut state: Option<(f64, f64)> = None; // (value, time of the last observation)
     t.iter()
@@ -61,16 +35,6 @@ fn ewma(t: &[f64], x: &[f64], half_life_s: f64) -> Vec<f64> {
             state.map_or(f64::NAN, |(e, _)| e)
         })
         .collect()
-}
-
-/// "EWMA above k x its baseline": the time-aware EWMA of x (half-life `half_life_s`)
-/// divided by `trailing_median(t, x, baseline_s, 10)`. NaN while the baseline has fewer
-/// than 10 values or is not > 0.
-pub fn ewma_ratio(t: &[f64], x: &[f64], half_life_s: f64, baseline_s: f64) -> Vec<f64> {
-    ratio(
-        &ewma(t, x, half_life_s),
-        &trailing_median(t, x, baseline_s, BASELINE_MIN_N),
-    )
 }
 
 /// Running sums over the finite points (t, x) of a sliding time window, kept relative to
@@ -212,15 +176,6 @@ pub fn predict_linear(t: &[f64], x: &[f64], window_s: f64, horizon_s: f64) -> Ve
     out
 }
 
-/// a / b elementwise; NaN where b is not > 0 (including NaN).
-pub fn ratio(a: &[f64], b: &[f64]) -> Vec<f64> {
-    assert_eq!(a.len(), b.len(), "a and b differ in length");
-    a.iter()
-        .zip(b)
-        .map(|(&a, &b)| if b > 0.0 { a / b } else { f64::NAN })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,24 +200,6 @@ mod tests {
     const NAN: f64 = f64::NAN;
 
     #[test]
-    fn trailing_median_window_in_seconds_strictly_before() {
-        let t = [0.0, 1.0, 2.5, 3.0, 10.0, 10.5];
-        let x = [5.0, 1.0, NAN, 3.0, 7.0, 2.0];
-        // (t-3, t): t=1 -> {5}; t=2.5 -> {5, 1}; t=3 -> (0, 3) leaves t=0 out -> {1, NaN};
-        // t=10 -> (7, 10) empty; t=10.5 -> {7}.
-        assert_series(
-            &trailing_median(&t, &x, 3.0, 1),
-            &[NAN, 5.0, 3.0, 1.0, NAN, 7.0],
-            0.0,
-        );
-        assert_series(
-            &trailing_median(&t, &x, 3.0, 2),
-            &[NAN, NAN, 3.0, NAN, NAN, NAN],
-            0.0,
-        );
-    }
-
-    #[test]
     fn ewma_time_aware_by_hand() {
         // Half-life 10 s: after 10 s the past keeps 1/2, after 20 s 1/4.
         // 1 -> 1 + (3-1)/2 = 2 -> 2 + (5-2) * 3/4 = 4.25.
@@ -281,25 +218,6 @@ mod tests {
             &[NAN, 1.0, 2.0, 2.0, 4.25],
             1e-12,
         );
-    }
-
-    #[test]
-    fn ewma_ratio_constant_is_one_and_spike_by_hand() {
-        let t: Vec<f64> = (0..20).map(|i| i as f64 * 0.5).collect();
-        let r = ewma_ratio(&t, &[0.002; 20], 3.0, 100.0);
-        // The baseline needs 10 earlier values: tick 10 is the first with a score.
-        let mut want = vec![NAN; 10];
-        want.extend([1.0; 10]);
-        assert_series(&r, &want, 1e-12);
-
-        // 1 s ticks, x = 1 for 11 ticks then 3; half-life 1 s: EWMA 1 + (3-1)/2 = 2 over a
-        // median of 1 -> 2.
-        let t: Vec<f64> = (0..12).map(f64::from).collect();
-        let mut x = vec![1.0; 12];
-        x[11] = 3.0;
-        assert!(close(ewma_ratio(&t, &x, 1.0, 100.0)[11], 2.0, 1e-12));
-        // A 5 s baseline holds 4 earlier values, (6, 11): too few.
-        assert!(ewma_ratio(&t, &x, 1.0, 5.0)[11].is_nan());
     }
 
     #[test]
@@ -401,11 +319,5 @@ mod tests {
         // NaN points are skipped; one point is not a line.
         let p = predict_linear(&[0.0, 1.0, 2.0], &[1.0, NAN, 3.0], 10.0, 1.0);
         assert_series(&p, &[NAN, NAN, 4.0], 1e-12);
-    }
-
-    #[test]
-    fn ratio_elementwise() {
-        let r = ratio(&[1.0, 2.0, 3.0, NAN, 4.0], &[2.0, 0.0, -1.0, 1.0, NAN]);
-        assert_series(&r, &[0.5, NAN, NAN, NAN, NAN], 0.0);
     }
 }

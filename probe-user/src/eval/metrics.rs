@@ -179,65 +179,163 @@ impl Confusion {
     }
 }
 
-/// The threshold (one of the scores; `-inf` stands for the NaN scores) that maximises F1,
-/// and that F1. Ties go to the higher threshold (fewer alarms for the same F1). None
-/// without positives. O(n log n).
-/// (Plain best F1; the thresholds probe uses are `operating_threshold`'s.)
-#[cfg(test)]
-pub fn best_f1_threshold(scores: &[f64], labels: &[bool]) -> Option<(f64, f64)> {
-    let (steps, pos, _) = steps(scores, labels);
-    if pos == 0 {
-        return None;
-    }
-    // F1 = 2tp / (tp + fp + pos); compare the fractions exactly by cross-multiplying so
-    // equal F1s from different counts are recognised as ties.
-    let mut best: Option<(Step, u64)> = None;
-    for s in steps {
-        let den = s.tp + s.fp + pos;
-        let better = match best {
-            None => true,
-            Some((b, bden)) => (s.tp as u128) * (bden as u128) > (b.tp as u128) * (den as u128),
-        };
-        // Thresholds come in descending order, so a strict improvement is needed to move
-        // to a lower threshold.
-        if better {
-            best = Some((s, den));
-        }
-    }
-    best.map(|(s, den)| (s.threshold, 2.0 * s.tp as f64 / den as f64))
+/// The operating point every alarm threshold (the model's and the baselines') is chosen
+/// at: the lowest threshold that alarms on at most `budget` of the negative rows (the
+/// share of calm time in alarm a pager can live with), so recall is as high as that budget
+/// allows. `+inf` (never alarm) when even the highest score alarms on more: a scorer that
+/// cannot tell calm rows apart (a constant) then never alarms instead of always.
+pub fn budget_threshold(scores: &[f64], labels: &[bool], budget: f64) -> f64 {
+    let (steps, _, neg) = steps(scores, labels);
+    let allowed = (budget * neg as f64).floor() as u64;
+    steps
+        .iter()
+        .take_while(|s| s.fp <= allowed)
+        .filter(|s| s.threshold.is_finite())
+        .last()
+        .map_or(f64::INFINITY, |s| s.threshold)
 }
 
-/// The operating point every alarm threshold (the model's and the baselines') is chosen
-/// at: the best F1 among thresholds that alarm on at most `max_alarm_ratio` times as many
-/// rows as are positive (else the highest threshold). Plain best F1 often lands on "always
-/// alarm" when events are common (a constant alarm has F1 2p/(1+p)), which says nothing
-/// about onsets.
-pub fn operating_threshold(
-    scores: &[f64],
-    labels: &[bool],
-    max_alarm_ratio: f64,
-) -> Option<(f64, f64)> {
-    let pos = labels.iter().filter(|l| **l).count() as f64;
-    let curve = pr_curve(scores, labels);
-    let f1 = |p: &PrPoint| {
-        if p.precision + p.recall > 0.0 {
-            2.0 * p.precision * p.recall / (p.precision + p.recall)
-        } else {
-            0.0
+/// Share of the negative rows alarmed at `threshold` (time in alarm when calm).
+pub fn alarm_share(scores: &[f64], labels: &[bool], threshold: f64) -> Option<f64> {
+    let c = Confusion::at(scores, labels, threshold);
+    let neg = c.fp + c.tn;
+    (neg > 0).then(|| c.fp as f64 / neg as f64)
+}
+
+/// Platt scaling on the logit of a probability: (a, b) such that
+/// 1 / (1 + exp(-(a logit(p) + b))) is calibrated on these rows. Fitted by Newton's method
+/// on the log loss with Platt's smoothed targets (so a separable set stays finite). None
+/// without both classes.
+pub fn platt(probs: &[f64], labels: &[bool]) -> Option<(f64, f64)> {
+    let rows: Vec<(f64, bool)> = probs
+        .iter()
+        .zip(labels)
+        .filter(|(p, _)| p.is_finite())
+        .map(|(&p, &y)| (logit(p), y))
+        .collect();
+    let pos = rows.iter().filter(|r| r.1).count() as f64;
+    let neg = rows.len() as f64 - pos;
+    if pos == 0.0 || neg == 0.0 {
+        return None;
+    }
+    let (hi, lo) = ((pos + 1.0) / (pos + 2.0), 1.0 / (neg + 2.0));
+    let (mut a, mut b) = (1.0, 0.0);
+    for _ in 0..100 {
+        // Gradient and Hessian of the log loss in (a, b).
+        let (mut ga, mut gb, mut haa, mut hab, mut hbb) = (0.0, 0.0, 1e-12, 0.0, 1e-12);
+        for &(z, y) in &rows {
+            let p = sigmoid(a * z + b);
+            let d = p - if y { hi } else { lo };
+            let w = p * (1.0 - p);
+            ga += d * z;
+            gb += d;
+            haa += w * z * z;
+            hab += w * z;
+            hbb += w;
         }
-    };
-    let first = curve.first().map(|p| (p.threshold, f1(p)));
-    let mut best: Option<(f64, f64)> = None;
-    for p in &curve {
-        let alarms = p.recall * pos / p.precision;
-        if !p.threshold.is_finite() || alarms.is_nan() || alarms > max_alarm_ratio * pos {
-            continue;
+        let det = haa * hbb - hab * hab;
+        if det.abs() < 1e-300 {
+            break;
         }
-        if best.is_none_or(|(_, b)| f1(p) > b) {
-            best = Some((p.threshold, f1(p)));
+        let (da, db) = ((hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det);
+        a -= da;
+        b -= db;
+        if da.abs() < 1e-10 && db.abs() < 1e-10 {
+            break;
         }
     }
-    best.or(first)
+    (a.is_finite() && b.is_finite()).then_some((a, b))
+}
+
+pub fn logit(p: f64) -> f64 {
+    let p = p.clamp(1e-12, 1.0 - 1e-12);
+    (p / (1.0 - p)).ln()
+}
+
+pub fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+/// One bin of a reliability curve: the mean predicted probability, the observed share of
+/// positives, and the rows.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Bin {
+    pub predicted: f64,
+    pub observed: f64,
+    pub rows: usize,
+}
+
+/// The reliability curve over `bins` equal-width probability bins (empty bins left out),
+/// and the expected calibration error: the rows-weighted mean |predicted - observed|.
+pub fn reliability(probs: &[f64], labels: &[bool], bins: usize) -> (Vec<Bin>, Option<f64>) {
+    let mut acc = vec![(0.0, 0usize, 0usize); bins];
+    for (&p, &y) in probs.iter().zip(labels) {
+        if !p.is_finite() {
+            continue;
+        }
+        let k = ((p.clamp(0.0, 1.0) * bins as f64) as usize).min(bins - 1);
+        acc[k].0 += p;
+        acc[k].1 += usize::from(y);
+        acc[k].2 += 1;
+    }
+    let out: Vec<Bin> = acc
+        .into_iter()
+        .filter(|b| b.2 > 0)
+        .map(|(sp, pos, n)| Bin {
+            predicted: sp / n as f64,
+            observed: pos as f64 / n as f64,
+            rows: n,
+        })
+        .collect();
+    let total: usize = out.iter().map(|b| b.rows).sum();
+    let ece = (total > 0).then(|| {
+        out.iter()
+            .map(|b| b.rows as f64 * (b.predicted - b.observed).abs())
+            .sum::<f64>()
+            / total as f64
+    });
+    (out, ece)
+}
+
+/// A percentile bootstrap over `groups` groups (recordings): `reps` resamples of the
+/// groups with replacement, each giving `stat` of the groups drawn (a group drawn twice is
+/// there twice). Returns the statistics of every resample that gave them. Seeded, so a
+/// report is the same on every run.
+pub fn bootstrap<F>(groups: usize, reps: usize, seed: u64, stat: F) -> Vec<Vec<f64>>
+where
+    F: Fn(&[usize]) -> Option<Vec<f64>>,
+{
+    let mut state = seed;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let n = groups as u64;
+    let mut out = Vec::with_capacity(reps);
+    let mut drawn = Vec::with_capacity(groups);
+    for _ in 0..reps {
+        drawn.clear();
+        drawn.extend((0..n).map(|_| ((u128::from(next()) * u128::from(n)) >> 64) as usize));
+        if let Some(v) = stat(&drawn) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The central `level` interval (e.g. 0.95) of samples, by percentiles; None if empty.
+pub fn interval(samples: &[f64], level: f64) -> Option<(f64, f64)> {
+    let mut samples: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Some((at((1.0 - level) / 2.0), at((1.0 + level) / 2.0)))
 }
 
 /// Maximal runs of consecutive alarmed ticks, as (first, last) indices, inclusive.
@@ -505,21 +603,6 @@ mod tests {
     }
 
     #[test]
-    fn best_f1_by_hand() {
-        // F1 per threshold: 0.8 -> 2/3, 0.4 -> 1/2, 0.35 -> 4/5, 0.1 -> 2/3.
-        let (th, f1) = best_f1_threshold(&S, &Y).unwrap();
-        assert_eq!(th, 0.35);
-        assert!(close(f1, 0.8));
-        // Ties go to the higher threshold: 0.9 gives F1 = 2/3 (tp 1, fn 1), 0.1 gives
-        // 2*2/(4+2) = 2/3 as well (tp 2, fp 2); 0.5 gives 2/4 = 1/2.
-        let (th, f1) =
-            best_f1_threshold(&[0.9, 0.5, 0.1, 0.1], &[true, false, true, false]).unwrap();
-        assert_eq!(th, 0.9);
-        assert!(close(f1, 2.0 / 3.0));
-        assert_eq!(best_f1_threshold(&[0.3], &[false]), None);
-    }
-
-    #[test]
     fn episodes() {
         assert_eq!(alarm_episodes(&[]), vec![]);
         assert_eq!(alarm_episodes(&[false, false]), vec![]);
@@ -581,19 +664,66 @@ mod tests {
     }
 
     #[test]
-    fn the_operating_threshold_never_alarms_on_everything() {
-        // 6 positives in 10, barely separated: plain best F1 alarms on all ten rows (F1
-        // 12/16); capped at 1.5x the positives (9 alarms), the best is 0.2: 5 caught with 4
-        // false alarms (F1 10/15).
-        let s = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95];
-        let l = [
-            true, true, false, true, true, false, true, false, true, false,
-        ];
-        assert_eq!(best_f1_threshold(&s, &l).unwrap().0, 0.1);
-        let (t, f1) = operating_threshold(&s, &l, 1.5).unwrap();
-        assert_eq!(t, 0.2);
-        assert!((f1 - 10.0 / 15.0).abs() < 1e-12);
-        // With no threshold under the cap, the highest one.
-        assert_eq!(operating_threshold(&s, &l, 0.1).unwrap().0, 0.95);
+    fn the_budget_threshold_alarms_on_at_most_the_budget_of_calm_rows() {
+        // 20 negatives scored 0..19, 5 positives scored 10.5..14.5.
+        let mut sc: Vec<f64> = (0..20).map(f64::from).collect();
+        let mut lb = vec![false; 20];
+        sc.extend([10.5, 11.5, 12.5, 13.5, 14.5]);
+        lb.extend([true; 5]);
+        // 10% of 20 negatives: 2 may alarm (18 and 19): the threshold is 18.
+        assert_eq!(budget_threshold(&sc, &lb, 0.1), 18.0);
+        assert_eq!(alarm_share(&sc, &lb, 18.0), Some(0.1));
+        // A constant never alarms rather than always.
+        let flat = vec![0.3; 25];
+        assert_eq!(budget_threshold(&flat, &lb, 0.05), f64::INFINITY);
+        assert_eq!(alarm_share(&flat, &lb, f64::INFINITY), Some(0.0));
+        // NaN scores never alarm; a budget of everything alarms at the lowest finite score.
+        let mut with_nan = sc.clone();
+        with_nan[0] = f64::NAN;
+        assert_eq!(budget_threshold(&with_nan, &lb, 1.0), 1.0);
+    }
+
+    #[test]
+    fn platt_scaling_calibrates_a_shifted_score() {
+        // True probability q per row; the score is a distorted version of it.
+        let mut probs = Vec::new();
+        let mut labels = Vec::new();
+        for k in 0..2000 {
+            let q = (k % 100) as f64 / 100.0 * 0.8 + 0.1;
+            let raw = sigmoid(2.0 * logit(q) + 1.5);
+            // Deterministic labels with the right rate per q.
+            let y = (k / 100) as f64 / 20.0 < q;
+            probs.push(raw);
+            labels.push(y);
+        }
+        let (a, b) = platt(&probs, &labels).unwrap();
+        assert!(
+            (a - 0.5).abs() < 0.1 && (b + 0.75).abs() < 0.15,
+            "a {a} b {b}"
+        );
+        let cal: Vec<f64> = probs.iter().map(|&p| sigmoid(a * logit(p) + b)).collect();
+        let (_, ece_raw) = reliability(&probs, &labels, 10);
+        let (bins, ece) = reliability(&cal, &labels, 10);
+        assert!(
+            ece.unwrap() < 0.05 && ece_raw.unwrap() > 0.1,
+            "{ece:?} {ece_raw:?}"
+        );
+        assert_eq!(bins.iter().map(|b| b.rows).sum::<usize>(), 2000);
+        assert_eq!(platt(&[0.2, 0.3], &[false, false]), None);
+    }
+
+    #[test]
+    fn the_bootstrap_is_seeded_and_its_interval_covers_the_spread() {
+        let mean = |rows: &[usize]| {
+            Some(vec![
+                rows.iter().map(|&r| r as f64).sum::<f64>() / rows.len() as f64,
+            ])
+        };
+        let a = bootstrap(10, 500, 7, mean);
+        assert_eq!(a, bootstrap(10, 500, 7, mean));
+        let m: Vec<f64> = a.iter().map(|v| v[0]).collect();
+        let (lo, hi) = interval(&m, 0.95).unwrap();
+        assert!(lo > 2.0 && lo < 4.5 && hi > 4.5 && hi < 7.0, "{lo} {hi}");
+        assert_eq!(interval(&[], 0.95), None);
     }
 }

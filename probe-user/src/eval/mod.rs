@@ -13,7 +13,10 @@ use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
 use crate::{
-    dataset::table::FeatureTable,
+    dataset::{
+        labels::{self, Event},
+        table::FeatureTable,
+    },
     model::{
         bundle::{Bundle, Entry, Task},
         lgbm::Booster,
@@ -41,13 +44,18 @@ pub struct EvalArgs {
     pub ground_truth: Vec<PathBuf>,
 }
 
-/// The baselines with a threshold learnt on validation, beside persistence.
-pub const BASELINES: [&str; 3] = ["ewma", "zscore", "predict_linear"];
-/// Thresholds are the best F1 among those alarming on at most this many rows per positive
-/// row (`metrics::operating_threshold`).
-pub const MAX_ALARM_RATIO: f64 = 2.0;
-/// Persistence: "the event is on now", thresholded at one half.
-pub const PERSISTENCE: &str = "persistence";
+/// The baselines with a threshold learnt on validation: an EWMA of the label's signals
+/// and `predict_linear` to the horizon, each as the label's own severity (same calm level,
+/// same floors), a 30 s z-score of the signals, and "the event ended recently".
+pub const BASELINES: [&str; 4] = ["ewma", "zscore", "predict_linear", "recent_event"];
+/// The reference that alarms on every row: its PR-AUC is the prevalence.
+pub const ALWAYS: &str = "always";
+/// The operating point: every threshold (the model's and the baselines') is the lowest
+/// that keeps the alarm on at most this share of the calm rows of validation.
+pub const ALARM_BUDGET: f64 = 0.05;
+/// Resamples of the recordings for the confidence intervals, and their level.
+pub const BOOTSTRAP_REPS: usize = 200;
+pub const CONFIDENCE: f64 = 0.95;
 
 /// The baselines' scores at `rows` (any order) for a model of spec `s`, computed over each
 /// entity's whole series (causal: a row's score uses only its past).
@@ -71,24 +79,70 @@ fn baseline_columns(
     horizon_s: f64,
     series: &[Vec<usize>],
 ) -> Result<Vec<(&'static str, Vec<f64>)>> {
-    let x = t.column(s.signal)?;
+    let ev = Event::of(s.target)
+        .with_context(|| format!("{} is not an event probe knows baselines for", s.target))?;
+    let cfg = t.label_config();
+    let signals: Vec<&[f64]> = ev
+        .signals()
+        .iter()
+        .map(|n| t.column(n))
+        .collect::<Result<_>>()?;
+    let now = t.column(&s.now())?;
     let mut out: Vec<(&'static str, Vec<f64>)> = BASELINES
         .iter()
         .map(|n| (*n, vec![f64::NAN; t.len()]))
         .collect();
     for rows in series {
         let ts: Vec<f64> = rows.iter().map(|&r| t.time_unix[r]).collect();
-        let xs: Vec<f64> = rows.iter().map(|&r| x[r]).collect();
-        // The alarm rules an operator writes today: an EWMA well above its 5-minute
-        // median, a 30 s z-score, and predict_linear over 30 s against the median.
-        let median = baselines::trailing_median(&ts, &xs, 300.0, 10);
+        let xs: Vec<Vec<f64>> = signals
+            .iter()
+            .map(|c| rows.iter().map(|&r| c[r]).collect())
+            .collect();
+        let calm: Vec<Vec<f64>> = xs
+            .iter()
+            .map(|x| {
+                if !ev.relative() {
+                    return vec![0.0; ts.len()];
+                }
+                let known: Vec<Option<f64>> =
+                    x.iter().map(|v| v.is_finite().then_some(*v)).collect();
+                labels::calm_levels(&ts, &known, &cfg)
+                    .into_iter()
+                    .map(|c| c.unwrap_or(f64::NAN))
+                    .collect()
+            })
+            .collect();
+        // The label's severity of transformed signals, tick by tick.
+        let severity = |f: &dyn Fn(&[f64]) -> Vec<f64>| -> Vec<f64> {
+            let ys: Vec<Vec<f64>> = xs.iter().map(|x| f(x)).collect();
+            (0..ts.len())
+                .map(|i| {
+                    let y: Vec<f64> = ys.iter().map(|y| y[i]).collect();
+                    let c: Vec<f64> = calm.iter().map(|c| c[i]).collect();
+                    ev.severity(&cfg, &y, &c)
+                })
+                .collect()
+        };
+        let z: Vec<Vec<f64>> = xs.iter().map(|x| baselines::zscore(&ts, x, 30.0)).collect();
+        let mut last_on: Option<f64> = None;
+        let recent: Vec<f64> = rows
+            .iter()
+            .zip(&ts)
+            .map(|(&r, &ti)| {
+                if now[r] > 0.5 {
+                    last_on = Some(ti);
+                }
+                // Sooner after an event scores higher; never an event: unknown.
+                last_on.map_or(f64::NAN, |l| -(ti - l))
+            })
+            .collect();
         let cols = [
-            baselines::ewma_ratio(&ts, &xs, 5.0, 300.0),
-            baselines::zscore(&ts, &xs, 30.0),
-            baselines::ratio(
-                &baselines::predict_linear(&ts, &xs, 30.0, horizon_s),
-                &median,
-            ),
+            severity(&|x| baselines::ewma(&ts, x, 5.0)),
+            (0..ts.len())
+                .map(|i| z.iter().map(|z| z[i]).fold(f64::NAN, f64::max))
+                .collect(),
+            severity(&|x| baselines::predict_linear(&ts, x, 30.0, horizon_s)),
+            recent,
         ];
         for ((_, dst), src) in out.iter_mut().zip(cols) {
             for (&r, v) in rows.iter().zip(src) {
@@ -105,11 +159,24 @@ pub struct Scored {
     pub name: String,
     pub threshold: f64,
     pub pr_auc: Option<f64>,
+    /// The bootstrap interval of the PR-AUC (resampling recordings).
+    pub pr_auc_ci: Option<(f64, f64)>,
+    /// Baselines: the interval of the model's PR-AUC minus this one's, on the same
+    /// resamples; the model wins only if it lies above 0.
+    pub model_minus_ci: Option<(f64, f64)>,
     pub roc_auc: Option<f64>,
     pub precision: Option<f64>,
     pub recall: Option<f64>,
     pub f1: Option<f64>,
+    /// Share of the calm (known negative) rows in alarm.
+    pub time_in_alarm: Option<f64>,
+    /// Alarm episodes starting in a calm row (no onset within the horizon), per hour of
+    /// known rows of one entity.
     pub false_alarms_per_hour: f64,
+    /// Probability-valued scorers (the model): expected calibration error and the
+    /// reliability curve on these rows.
+    pub ece: Option<f64>,
+    pub reliability: Vec<metrics::Bin>,
     /// Per onset kind (gradual, abrupt, unlabelled, all): onsets, the share alarmed before
     /// the onset, the median lead (s) of those, the median detection delay (s) of the rest.
     pub onsets: BTreeMap<String, Onsets>,
@@ -121,6 +188,10 @@ pub struct Scored {
 pub struct Onsets {
     pub count: usize,
     pub caught_before: f64,
+    /// The bootstrap interval of `caught_before` (resampling recordings).
+    pub caught_before_ci: Option<(f64, f64)>,
+    /// Caught before, or detected at most one tick after.
+    pub caught_within_1_tick: f64,
     pub median_lead_s: Option<f64>,
     pub median_delay_s: Option<f64>,
     pub missed: usize,
@@ -136,6 +207,9 @@ pub struct ClassResult {
     pub positives: usize,
     pub hours: f64,
     pub scorers: Vec<Scored>,
+    /// Baselines the model beats on PR-AUC outside the interval, and those it does not.
+    pub beats: Vec<String>,
+    pub does_not_beat: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -144,9 +218,12 @@ pub struct RegResult {
     pub rows: usize,
     pub mae_model: f64,
     pub mae_persistence: f64,
+    /// Mean reversion: the value's EWMA (30 s half-life) as the forecast.
+    pub mae_ewma: f64,
     /// Weighted MAPE: sum |error| / sum |actual|, in percent.
     pub mape_model: f64,
     pub mape_persistence: f64,
+    pub mape_ewma: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -283,6 +360,13 @@ pub struct TimelineData {
     pub alarms: Vec<(String, Vec<bool>)>,
 }
 
+/// One scorer's column over the table, and its threshold.
+struct Column {
+    name: String,
+    score: Vec<f64>,
+    threshold: f64,
+}
+
 fn classifier(
     t: &FeatureTable,
     s: &Spec,
@@ -294,6 +378,7 @@ fn classifier(
 ) -> Result<(ClassResult, Option<TimelineData>)> {
     let label = t.column(&s.label(&e.horizon))?;
     let now = t.column(&s.now())?;
+    let onset = t.column(&s.onset())?;
     let key = s.key(&e.horizon);
     // Every row of the kind is scored; metrics over rows whose label is known.
     let series = spec::series(t, s.entity_kind);
@@ -301,50 +386,53 @@ fn classifier(
     let x = spec::matrix(t, names, &all)?;
     let mut score = vec![f64::NAN; t.len()];
     for (&r, row) in all.iter().zip(x.chunks(names.len())) {
-        score[r] = b.predict(row);
+        score[r] = e.probability(b.predict(row));
     }
-    let mut cols: Vec<(String, Vec<f64>, f64)> =
-        vec![("model".into(), score, e.threshold.unwrap_or(0.5))];
-    cols.push((PERSISTENCE.into(), now.to_vec(), 0.5));
-    // A baseline without a validation threshold is marked: its threshold is the best on
-    // this very data, which flatters it.
-    let learnt = bundle.manifest.baselines.get(&key);
     let known: Vec<usize> = all
         .iter()
         .copied()
         .filter(|&r| label[r].is_finite())
         .collect();
     let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
+    let mut cols = vec![Column {
+        name: "model".into(),
+        score,
+        threshold: e.threshold.unwrap_or(f64::INFINITY),
+    }];
+    let learnt = bundle.manifest.baselines.get(&key);
     for (name, col) in baseline_columns(t, s, e.horizon_s, &series)? {
-        let thr = match learnt.and_then(|m| m.get(name)) {
-            Some(t) => *t,
-            // No validation threshold in the manifest: the best on this data, which
-            // flatters the baseline (said in the report).
+        let (threshold, shown) = match learnt.and_then(|m| m.get(name)) {
+            Some(t) => (*t, name.to_owned()),
+            // No validation threshold in the manifest: the budget's on this very data,
+            // which flatters the baseline (said in its name).
             None => {
                 let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
-                metrics::operating_threshold(&sc, &lb, MAX_ALARM_RATIO)
-                    .map_or(f64::INFINITY, |x| x.0)
+                (
+                    metrics::budget_threshold(&sc, &lb, ALARM_BUDGET),
+                    format!("{name} (threshold fit on this data)"),
+                )
             }
         };
-        let shown = if learnt.and_then(|m| m.get(name)).is_some() {
-            name.to_owned()
-        } else {
-            format!("{name} (threshold fit on this data)")
-        };
-        cols.push((shown, col, thr));
+        cols.push(Column {
+            name: shown,
+            score: col,
+            threshold,
+        });
     }
-    let hours: f64 = series
-        .iter()
-        .map(|rows| {
-            let (a, z) = (t.time_unix[rows[0]], t.time_unix[rows[rows.len() - 1]]);
-            (z - a) / 3600.0
-        })
-        .sum();
+    cols.push(Column {
+        name: ALWAYS.into(),
+        score: vec![1.0; t.len()],
+        threshold: 1.0,
+    });
+    let tick_s = median_tick(t, &series);
+    let hours = known.len() as f64 * tick_s / 3600.0;
+    let (recs, groups) = bootstrap_groups(t, &known);
     let mut scorers = Vec::new();
-    for (name, col, thr) in &cols {
-        let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
-        let c = metrics::Confusion::at(&sc, &lb, *thr);
-        let curve = if name == PERSISTENCE {
+    let mut caught_by_rec: Vec<Vec<(usize, usize)>> = Vec::new();
+    for c in &cols {
+        let sc: Vec<f64> = known.iter().map(|&r| c.score[r]).collect();
+        let conf = metrics::Confusion::at(&sc, &lb, c.threshold);
+        let curve = if c.name == ALWAYS {
             Vec::new()
         } else {
             metrics::pr_curve(&sc, &lb)
@@ -352,47 +440,72 @@ fn classifier(
                 .map(|p| (p.recall, p.precision))
                 .collect()
         };
-        let (fa, onsets) = events(t, &series, col, *thr, now, e.horizon_s, truth);
+        let ev = events(
+            t,
+            &series,
+            &c.score,
+            c.threshold,
+            label,
+            onset,
+            e.horizon_s,
+            truth,
+        );
+        caught_by_rec.push(
+            recs.iter()
+                .map(|g| {
+                    let o = ev
+                        .onsets
+                        .iter()
+                        .filter(|o| g.holds(&o.recording, o.time_unix));
+                    let (n, k) = o.fold((0, 0), |(n, k), o| {
+                        (
+                            n + 1,
+                            k + usize::from(matches!(o.lead, metrics::Lead::Before(_))),
+                        )
+                    });
+                    (k, n)
+                })
+                .collect(),
+        );
+        let (reliability, ece) = if c.name == "model" {
+            metrics::reliability(&sc, &lb, 10)
+        } else {
+            (Vec::new(), None)
+        };
         scorers.push(Scored {
-            name: name.clone(),
-            threshold: *thr,
+            name: c.name.clone(),
+            threshold: c.threshold,
             pr_auc: metrics::average_precision(&sc, &lb),
+            pr_auc_ci: None,
+            model_minus_ci: None,
             roc_auc: metrics::roc_auc(&sc, &lb),
-            precision: c.precision(),
-            recall: c.recall(),
-            f1: c.f1(),
-            false_alarms_per_hour: if hours > 0.0 { fa as f64 / hours } else { 0.0 },
-            onsets,
+            precision: conf.precision(),
+            recall: conf.recall(),
+            f1: conf.f1(),
+            time_in_alarm: metrics::alarm_share(&sc, &lb, c.threshold),
+            false_alarms_per_hour: if hours > 0.0 {
+                ev.false_alarms as f64 / hours
+            } else {
+                0.0
+            },
+            ece,
+            reliability,
+            onsets: summarize(&ev.onsets, e.horizon_s, tick_s),
             curve,
         });
     }
-    // The timeline: the series with the most onsets.
-    let best = series.iter().max_by_key(|rows| {
-        rows.windows(2)
-            .filter(|w| now[w[1]] > 0.5 && now[w[0]] <= 0.5)
-            .count()
-    });
-    let tl = best.map(|rows| {
-        let t0 = t.time_unix[rows[0]];
-        let value = t
-            .column(s.signal)
-            .map(|c| rows.iter().map(|&r| c[r] * 1e3).collect());
-        TimelineData {
-            title: format!(
-                "{} {} ({}): {} within {}",
-                t.recording[rows[0]], t.entity[rows[0]], s.entity_kind, s.target, e.horizon
-            ),
-            t: rows.iter().map(|&r| t.time_unix[r] - t0).collect(),
-            value: value.unwrap_or_default(),
-            events: rows.iter().map(|&r| now[r] > 0.5).collect(),
-            score: rows.iter().map(|&r| cols[0].1[r]).collect(),
-            threshold: cols[0].2,
-            alarms: cols[1..]
-                .iter()
-                .map(|(n, c, thr)| (n.clone(), rows.iter().map(|&r| c[r] >= *thr).collect()))
-                .collect(),
+    intervals(&mut scorers, &cols, &known, &lb, &groups, &caught_by_rec);
+    let (mut beats, mut does_not_beat) = (Vec::new(), Vec::new());
+    for sc in &scorers[1..] {
+        if sc.name == ALWAYS {
+            continue;
         }
-    });
+        match sc.model_minus_ci {
+            Some((lo, _)) if lo > 0.0 => beats.push(sc.name.clone()),
+            _ => does_not_beat.push(sc.name.clone()),
+        }
+    }
+    let tl = timeline_data(t, s, e, &series, now, &cols);
     Ok((
         ClassResult {
             key,
@@ -403,47 +516,246 @@ fn classifier(
             positives: lb.iter().filter(|b| **b).count(),
             hours,
             scorers,
+            beats,
+            does_not_beat,
         },
         tl,
     ))
 }
 
-/// False alarms and onsets of one scorer over every series, onsets by kind.
+/// One group the bootstrap resamples: a recording, or a 60 s stretch of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Group<'a> {
+    recording: &'a str,
+    block: Option<i64>,
+}
+
+impl Group<'_> {
+    fn holds(&self, recording: &str, time_unix: f64) -> bool {
+        self.recording == recording
+            && self
+                .block
+                .is_none_or(|b| b == (time_unix / BLOCK_S).floor() as i64)
+    }
+}
+
+/// Stretches the bootstrap resamples when all the rows are of one recording.
+const BLOCK_S: f64 = 60.0;
+
+/// What the bootstrap resamples: the recordings of `rows`, or 60 s stretches when there is
+/// a single recording; with each group's rows (their positions in `rows`).
+pub fn bootstrap_groups<'a>(
+    t: &'a FeatureTable,
+    rows: &[usize],
+) -> (Vec<Group<'a>>, Vec<Vec<usize>>) {
+    let single = rows.iter().all(|&r| t.recording[r] == t.recording[rows[0]]);
+    let mut by: BTreeMap<Group, Vec<usize>> = BTreeMap::new();
+    for (k, &r) in rows.iter().enumerate() {
+        let g = Group {
+            recording: t.recording[r].as_str(),
+            block: single.then(|| (t.time_unix[r] / BLOCK_S).floor() as i64),
+        };
+        by.entry(g).or_default().push(k);
+    }
+    by.into_iter().unzip()
+}
+
+/// The median spacing of the rows of each series (the recordings' tick).
+fn median_tick(t: &FeatureTable, series: &[Vec<usize>]) -> f64 {
+    let mut d: Vec<f64> = series
+        .iter()
+        .flat_map(|rows| {
+            rows.windows(2)
+                .map(|w| t.time_unix[w[1]] - t.time_unix[w[0]])
+        })
+        .filter(|d| *d > 0.0)
+        .collect();
+    crate::features::median(&mut d).unwrap_or(1.0)
+}
+
+/// Bootstrap intervals by recording: every scorer's PR-AUC, the model's lead over each
+/// baseline on the same resamples, and each scorer's share of onsets caught before.
+fn intervals(
+    scorers: &mut [Scored],
+    cols: &[Column],
+    known: &[usize],
+    lb: &[bool],
+    groups: &[Vec<usize>],
+    caught_by_rec: &[Vec<(usize, usize)>],
+) {
+    let n = cols.len();
+    let samples = metrics::bootstrap(groups.len(), BOOTSTRAP_REPS, 1, |drawn| {
+        let rows: Vec<usize> = drawn
+            .iter()
+            .flat_map(|&g| groups[g].iter().copied())
+            .collect();
+        let y: Vec<bool> = rows.iter().map(|&k| lb[k]).collect();
+        let mut v = Vec::with_capacity(2 * n);
+        for c in cols {
+            let sc: Vec<f64> = rows.iter().map(|&k| c.score[known[k]]).collect();
+            v.push(metrics::average_precision(&sc, &y).unwrap_or(f64::NAN));
+        }
+        for per_rec in caught_by_rec {
+            let (k, total) = drawn
+                .iter()
+                .fold((0, 0), |(k, m), &g| (k + per_rec[g].0, m + per_rec[g].1));
+            v.push(if total > 0 {
+                k as f64 / total as f64
+            } else {
+                f64::NAN
+            });
+        }
+        Some(v)
+    });
+    let col = |j: usize| -> Vec<f64> { samples.iter().map(|v| v[j]).collect() };
+    for (j, sc) in scorers.iter_mut().enumerate() {
+        sc.pr_auc_ci = metrics::interval(&col(j), CONFIDENCE);
+        if j > 0 {
+            let d: Vec<f64> = samples.iter().map(|v| v[0] - v[j]).collect();
+            sc.model_minus_ci = metrics::interval(&d, CONFIDENCE);
+        }
+        if let Some(all) = sc.onsets.get_mut("all") {
+            all.caught_before_ci = metrics::interval(&col(n + j), CONFIDENCE);
+        }
+    }
+}
+
+/// The series a timeline plot shows: the one with the most onsets.
+fn timeline_data(
+    t: &FeatureTable,
+    s: &Spec,
+    e: &Entry,
+    series: &[Vec<usize>],
+    now: &[f64],
+    cols: &[Column],
+) -> Option<TimelineData> {
+    let best = series.iter().max_by_key(|rows| {
+        rows.windows(2)
+            .filter(|w| now[w[1]] > 0.5 && now[w[0]] <= 0.5)
+            .count()
+    })?;
+    let t0 = t.time_unix[best[0]];
+    let value = t
+        .column(s.signal)
+        .map(|c| best.iter().map(|&r| c[r] * 1e3).collect());
+    Some(TimelineData {
+        title: format!(
+            "{} {} ({}): {} within {}",
+            t.recording[best[0]], t.entity[best[0]], s.entity_kind, s.target, e.horizon
+        ),
+        t: best.iter().map(|&r| t.time_unix[r] - t0).collect(),
+        value: value.unwrap_or_default(),
+        events: best.iter().map(|&r| now[r] > 0.5).collect(),
+        score: best.iter().map(|&r| cols[0].score[r]).collect(),
+        threshold: cols[0].threshold,
+        alarms: cols[1..]
+            .iter()
+            .filter(|c| c.name != ALWAYS)
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    best.iter().map(|&r| c.score[r] >= c.threshold).collect(),
+                )
+            })
+            .collect(),
+    })
+}
+
+/// One onset as a scorer saw it.
+struct OnsetSeen {
+    recording: String,
+    time_unix: f64,
+    kind: String,
+    lead: metrics::Lead,
+}
+
+struct EventFigures {
+    false_alarms: usize,
+    onsets: Vec<OnsetSeen>,
+}
+
+/// The kind of an onset at `at` from the lab's episodes: within an episode (5 s of slack
+/// either side), abrupt if the episode is, or if it came with the first step of a gradual
+/// one (no build-up before it); gradual if a build-up preceded it. Also the episode's
+/// index, so that only its first onset counts.
+fn onset_kind(eps: Option<&Vec<(f64, f64, String)>>, at: f64) -> (String, Option<usize>) {
+    let Some(eps) = eps else {
+        return ("unlabelled".into(), None);
+    };
+    match eps
+        .iter()
+        .position(|(a, b, _)| at >= a - 5.0 && at <= b + 5.0)
+    {
+        None => ("outside episodes".into(), None),
+        Some(k) => {
+            let (start, _, kind) = &eps[k];
+            let gradual = kind == "gradual" && at - start > GRADUAL_AFTER_S;
+            let name = if gradual { "gradual" } else { "abrupt" };
+            (name.into(), Some(k))
+        }
+    }
+}
+
+/// An onset this soon after a gradual episode's first step came with that step.
+const GRADUAL_AFTER_S: f64 = 2.0;
+
+/// False alarms and onsets of one scorer over every series.
+#[allow(clippy::too_many_arguments)]
 fn events(
     t: &FeatureTable,
     series: &[Vec<usize>],
     col: &[f64],
     thr: f64,
-    now: &[f64],
+    label: &[f64],
+    onset_col: &[f64],
     horizon_s: f64,
     truth: &Episodes,
-) -> (usize, BTreeMap<String, Onsets>) {
-    let mut fa = 0;
-    let mut leads: BTreeMap<String, Vec<metrics::Lead>> = BTreeMap::new();
+) -> EventFigures {
+    let mut out = EventFigures {
+        false_alarms: 0,
+        onsets: Vec::new(),
+    };
     for rows in series {
         let ts: Vec<f64> = rows.iter().map(|&r| t.time_unix[r]).collect();
         let alarm: Vec<bool> = rows.iter().map(|&r| col[r] >= thr).collect();
-        let state: Vec<bool> = rows.iter().map(|&r| now[r] > 0.5).collect();
-        let onset: Vec<bool> = (0..rows.len())
-            .map(|i| state[i] && i > 0 && !state[i - 1])
+        // A false alarm: a run of alarmed calm rows (known negatives: no onset within the
+        // horizon). An alarm that stays on counts once per calm stretch; alarms while an
+        // event is on, or soon after it, are neither true nor false.
+        let false_alarm: Vec<bool> = rows
+            .iter()
+            .zip(&alarm)
+            .map(|(&r, &a)| a && label[r] == 0.0)
             .collect();
-        fa += metrics::false_alarms(&ts, &alarm, &onset, horizon_s);
-        let lt = metrics::lead_times(&ts, &alarm, &onset, horizon_s);
-        let eps = truth.get(&t.recording[rows[0]]);
-        for (i, l) in (0..rows.len()).filter(|&i| onset[i]).zip(lt) {
-            let kind = match eps {
-                None => "unlabelled".to_owned(),
-                Some(eps) => eps
-                    .iter()
-                    .find(|(a, b, _)| ts[i] >= a - 5.0 && ts[i] <= b + 5.0)
-                    .map_or("outside episodes".to_owned(), |e| e.2.clone()),
-            };
-            leads.entry(kind).or_default().push(l);
-            leads.entry("all".into()).or_default().push(l);
+        out.false_alarms += metrics::alarm_episodes(&false_alarm).len();
+        let onset: Vec<bool> = rows.iter().map(|&r| onset_col[r] > 0.5).collect();
+        let leads = metrics::lead_times(&ts, &alarm, &onset, horizon_s);
+        let rec = &t.recording[rows[0]];
+        let eps = truth.get(rec);
+        let mut seen = std::collections::HashSet::new();
+        for (i, lead) in (0..rows.len()).filter(|&i| onset[i]).zip(leads) {
+            let (kind, episode) = onset_kind(eps, ts[i]);
+            if episode.is_some_and(|k| !seen.insert(k)) {
+                continue;
+            }
+            out.onsets.push(OnsetSeen {
+                recording: rec.clone(),
+                time_unix: ts[i],
+                kind,
+                lead,
+            });
         }
     }
-    let onsets = leads
-        .into_iter()
+    out
+}
+
+/// Per onset kind and over all: caught before, lead, delay.
+fn summarize(onsets: &[OnsetSeen], horizon_s: f64, tick_s: f64) -> BTreeMap<String, Onsets> {
+    let mut by: BTreeMap<String, Vec<metrics::Lead>> = BTreeMap::new();
+    for o in onsets {
+        by.entry(o.kind.clone()).or_default().push(o.lead);
+        by.entry("all".into()).or_default().push(o.lead);
+    }
+    by.into_iter()
         .map(|(k, v)| {
             let (mut before, mut after) = (Vec::new(), Vec::new());
             for l in &v {
@@ -455,17 +767,20 @@ fn events(
                     metrics::Lead::Missed => {}
                 }
             }
+            let quick = after.iter().filter(|d| **d <= tick_s * 1.01).count();
+            let n = v.len().max(1) as f64;
             let o = Onsets {
                 count: v.len(),
-                caught_before: before.len() as f64 / v.len().max(1) as f64,
+                caught_before: before.len() as f64 / n,
+                caught_before_ci: None,
+                caught_within_1_tick: (before.len() + quick) as f64 / n,
                 median_lead_s: crate::features::median(&mut before),
                 median_delay_s: crate::features::median(&mut after),
                 missed: v.iter().filter(|l| **l == metrics::Lead::Missed).count(),
             };
             (k, o)
         })
-        .collect();
-    (fa, onsets)
+        .collect()
 }
 
 fn regressor(
@@ -477,18 +792,34 @@ fn regressor(
 ) -> Result<RegResult> {
     let label = t.column(&s.label(&e.horizon))?;
     let reg = spec::RegressionColumns::new(t, e, label)?;
+    // Mean reversion: the EWMA of the value now over each series.
+    let mut ewma = vec![f64::NAN; t.len()];
+    for rows in spec::series(t, s.entity_kind) {
+        let ts: Vec<f64> = rows.iter().map(|&r| t.time_unix[r]).collect();
+        let xs: Vec<f64> = rows
+            .iter()
+            .map(|&r| reg.base(r).unwrap_or(f64::NAN))
+            .collect();
+        for (&r, v) in rows
+            .iter()
+            .zip(baselines::ewma(&ts, &xs, REVERSION_HALF_LIFE_S))
+        {
+            ewma[r] = v;
+        }
+    }
     let rows: Vec<usize> = (0..t.len())
         .filter(|&r| t.entity_kind[r] == s.entity_kind)
         .filter(|&r| reg.target(e, r).is_some())
         .collect();
     let x = spec::matrix(t, names, &rows)?;
-    let (mut m, mut p, mut sum_y) = (0.0, 0.0, 0.0);
+    let (mut m, mut p, mut w, mut sum_y) = (0.0, 0.0, 0.0, 0.0);
     for (&r, row) in rows.iter().zip(x.chunks(names.len())) {
         let base = reg.base(r).unwrap_or_default();
         let f = e.forecast(b.predict(row), base);
         let y = label[r];
         m += (f - y).abs();
         p += (base - y).abs();
+        w += (if ewma[r].is_finite() { ewma[r] } else { base } - y).abs();
         sum_y += y.abs();
     }
     let n = rows.len().max(1) as f64;
@@ -506,7 +837,113 @@ fn regressor(
         rows: rows.len(),
         mae_model: m / n,
         mae_persistence: p / n,
+        mae_ewma: w / n,
         mape_model: wape(m),
         mape_persistence: wape(p),
+        mape_ewma: wape(w),
     })
+}
+
+/// Half-life of the mean-reversion baseline of the forecasts.
+const REVERSION_HALF_LIFE_S: f64 = 30.0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One peer series of one recording, 1 s ticks, with a label and onset column.
+    fn table(label: &[f64], onset: &[f64]) -> FeatureTable {
+        let n = label.len();
+        FeatureTable {
+            recording: vec!["r".into(); n],
+            time_unix: (0..n).map(|i| 1000.0 + i as f64).collect(),
+            entity_kind: vec!["peer".into(); n],
+            entity: vec!["p".into(); n],
+            names: vec!["l".into(), "o".into()],
+            columns: vec![label.to_vec(), onset.to_vec()],
+            ..FeatureTable::default()
+        }
+    }
+
+    #[test]
+    fn false_alarms_are_alarmed_calm_runs_and_onsets_are_caught_or_delayed() {
+        const NAN: f64 = f64::NAN;
+        // Calm 0..=9 (label 0), positives 10..=14 (an onset at 15 within 5 s), the event
+        // 15..=19 (masked), calm again 20..=29.
+        let mut label = vec![0.0; 10];
+        label.extend([1.0; 5]);
+        label.extend([NAN; 5]);
+        label.extend([0.0; 10]);
+        let mut onset = vec![0.0; 30];
+        onset[15] = 1.0;
+        let t = table(&label, &onset);
+        let series = vec![(0..30).collect::<Vec<usize>>()];
+        let score = |alarmed: &[usize]| -> Vec<f64> {
+            (0..30)
+                .map(|i| f64::from(u8::from(alarmed.contains(&i))))
+                .collect()
+        };
+        let (l, o) = (t.column("l").unwrap(), t.column("o").unwrap());
+        // Up from 12 to 17: caught 3 s before, no false alarm; a blip at 25 is one.
+        let e = events(
+            &t,
+            &series,
+            &score(&[12, 13, 14, 15, 16, 17, 25]),
+            0.5,
+            l,
+            o,
+            5.0,
+            &Episodes::new(),
+        );
+        assert_eq!(e.false_alarms, 1);
+        assert_eq!(e.onsets.len(), 1);
+        assert_eq!(e.onsets[0].lead, metrics::Lead::Before(3.0));
+        assert_eq!(e.onsets[0].kind, "unlabelled");
+        // Always on: one false alarm per calm stretch (two), the onset caught by the horizon.
+        let all: Vec<usize> = (0..30).collect();
+        let e = events(&t, &series, &score(&all), 0.5, l, o, 5.0, &Episodes::new());
+        assert_eq!(e.false_alarms, 2);
+        assert_eq!(e.onsets[0].lead, metrics::Lead::Before(15.0));
+        let s = summarize(&e.onsets, 5.0, 1.0);
+        assert_eq!(s["all"].median_lead_s, Some(5.0));
+        // Up only from 16: detected 1 s after, within one tick.
+        let e = events(&t, &series, &score(&[16]), 0.5, l, o, 5.0, &Episodes::new());
+        assert_eq!(e.onsets[0].lead, metrics::Lead::After(1.0));
+        let s = summarize(&e.onsets, 5.0, 1.0);
+        assert_eq!(
+            (s["all"].caught_before, s["all"].caught_within_1_tick),
+            (0.0, 1.0)
+        );
+    }
+
+    #[test]
+    fn onsets_are_classed_by_what_preceded_them() {
+        let eps = vec![
+            (100.0, 160.0, "gradual".to_string()),
+            (300.0, 340.0, "abrupt".to_string()),
+        ];
+        let k = |at: f64| onset_kind(Some(&eps), at);
+        assert_eq!(k(130.0), ("gradual".into(), Some(0)));
+        // With the first step of a gradual episode: nothing built up before it.
+        assert_eq!(k(101.0), ("abrupt".into(), Some(0)));
+        assert_eq!(k(301.0), ("abrupt".into(), Some(1)));
+        assert_eq!(k(344.0), ("abrupt".into(), Some(1)));
+        assert_eq!(k(200.0), ("outside episodes".into(), None));
+        assert_eq!(onset_kind(None, 1.0), ("unlabelled".into(), None));
+    }
+
+    #[test]
+    fn one_recording_is_resampled_by_the_minute() {
+        let t = table(&[0.0; 150], &[0.0; 150]);
+        let rows: Vec<usize> = (0..150).collect();
+        let (g, rows_of) = bootstrap_groups(&t, &rows);
+        // 1000..1149 s: the minutes 16 (from 1000 s), 17, 18 and 19.
+        assert_eq!(g.len(), 4);
+        assert_eq!(rows_of.iter().map(Vec::len).sum::<usize>(), 150);
+        assert!(g[0].holds("r", 1000.0) && !g[0].holds("r", 1080.0) && !g[0].holds("x", 1000.0));
+        let mut t2 = t.clone();
+        t2.recording[149] = "s".into();
+        let (g, _) = bootstrap_groups(&t2, &rows);
+        assert_eq!(g.len(), 2);
+    }
 }

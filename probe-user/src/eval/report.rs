@@ -3,7 +3,7 @@ use std::{fmt::Write as _, path::Path};
 
 use anyhow::Result;
 
-use super::{plots, ClassResult, Results, TimelineData, PERSISTENCE};
+use super::{plots, ClassResult, Results, TimelineData};
 
 pub fn pr_file(c: &ClassResult) -> String {
     format!("pr-{}-{}-{}.svg", c.entity_kind, c.target, c.horizon)
@@ -32,6 +32,18 @@ fn num(v: Option<f64>, digits: usize) -> String {
     }
 }
 
+fn ci(v: Option<(f64, f64)>, digits: usize) -> String {
+    match v {
+        Some((a, b)) => format!("[{a:.digits$}, {b:.digits$}]"),
+        None => "-".into(),
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite())
+        .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x))
+}
+
 pub fn markdown(r: &Results, with_plots: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# probe eval\n");
@@ -45,127 +57,54 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
     );
     let _ = writeln!(
         s,
-        "Each row is scored by the model and by the baselines computed from the same \
-         observations: persistence (the event is on now), an EWMA over 5 s against its \
-         5-minute median, a 30 s z-score, and predict_linear over 30 s to the horizon against \
-         the median. Thresholds: the model's and the baselines' were chosen on the training \
-         validation split (best F1 among thresholds that alarm on at most twice as many rows as \
-         are positive); persistence alarms when the event is on. False alarms: \
-         alarm episodes with no onset during them or within the horizon after. Lead: how long \
-         the alarm had been up when an onset came, at most the horizon; delay: from the onset to the first alarm \
-         (within the horizon) for onsets not caught before.\n"
+        "Rows are the ticks whose label is known: in a calm stretch at least the labels' quiet \
+         time long, with the horizon inside the recording (docs/features.md, Labels). Each is \
+         scored by the model and by baselines computed from the same features: an EWMA (5 s \
+         half-life) and predict_linear over 30 s to the horizon of the label's own signals, \
+         each as the label's severity against the same calm level and floors; a 30 s z-score \
+         of the signals; the time since the event last ended (recent_event); and always \
+         alarming (its PR-AUC is the prevalence). Thresholds were chosen on the training \
+         validation split: the lowest that keeps the alarm on at most {:.0}% of the calm \
+         rows. Intervals are {:.0}% percentile bootstraps over recordings ({} resamples); \
+         `model - x` is the model's PR-AUC minus the scorer's on the same resamples, and a \
+         win counts only when that interval is above 0. False alarms: alarm episodes that \
+         start in a calm row (no onset within the horizon), per entity-hour of known rows. \
+         Onsets: an event after at least the quiet time without it, counted once per lab \
+         episode (its first); caught before if the alarm was up at the tick before (lead: \
+         how long, at most the horizon), else the delay to the first alarm within the \
+         horizon.\n",
+        100.0 * super::ALARM_BUDGET,
+        100.0 * super::CONFIDENCE,
+        super::BOOTSTRAP_REPS
     );
     for c in &r.classifiers {
-        let _ = writeln!(
-            s,
-            "## {}: {} within {}\n\n{} rows ({} positive), {:.2} entity-hours.\n",
-            c.key, c.target, c.horizon, c.rows, c.positives, c.hours
-        );
-        let _ = writeln!(
-            s,
-            "| scorer | PR-AUC | ROC-AUC | precision | recall | F1 | false alarms/h | onsets | caught before | median lead s | median delay s |"
-        );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for sc in &c.scorers {
-            let all = sc.onsets.get("all").cloned().unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {:.0}% | {} | {} |",
-                sc.name,
-                num(sc.pr_auc, 3),
-                num(sc.roc_auc, 3),
-                num(sc.precision, 3),
-                num(sc.recall, 3),
-                num(sc.f1, 3),
-                sc.false_alarms_per_hour,
-                all.count,
-                100.0 * all.caught_before,
-                num(all.median_lead_s, 1),
-                num(all.median_delay_s, 1),
-            );
-        }
-        // Onsets by kind (lab ground truth): lead for gradual, delay for abrupt.
-        let kinds: Vec<&String> = c
-            .scorers
-            .first()
-            .map(|m| m.onsets.keys().filter(|k| *k != "all").collect())
-            .unwrap_or_default();
-        if !kinds.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nBy onset kind (caught before / median lead s / median delay s):\n"
-            );
-            let _ = writeln!(
-                s,
-                "| scorer | {} |",
-                kinds
-                    .iter()
-                    .map(|k| format!("{k} ({})", c.scorers[0].onsets[*k].count))
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            );
-            let _ = writeln!(s, "|---|{}", "---:|".repeat(kinds.len()));
-            for sc in &c.scorers {
-                let cells: Vec<String> = kinds
-                    .iter()
-                    .map(|k| {
-                        let o = sc.onsets.get(*k).cloned().unwrap_or_default();
-                        format!(
-                            "{:.0}% / {} / {}",
-                            100.0 * o.caught_before,
-                            num(o.median_lead_s, 1),
-                            num(o.median_delay_s, 1)
-                        )
-                    })
-                    .collect();
-                let _ = writeln!(s, "| {} | {} |", sc.name, cells.join(" | "));
-            }
-        }
-        // Say where the model loses.
-        let model = &c.scorers[0];
-        let mut losses = Vec::new();
-        for b in &c.scorers[1..] {
-            for (what, m, o) in [("PR-AUC", model.pr_auc, b.pr_auc), ("F1", model.f1, b.f1)] {
-                if b.name == PERSISTENCE && what == "PR-AUC" {
-                    continue;
-                }
-                if o.unwrap_or(0.0) >= m.unwrap_or(0.0) && o.is_some() {
-                    losses.push(format!(
-                        "{} on {what} ({} vs {})",
-                        b.name,
-                        num(o, 3),
-                        num(m, 3)
-                    ));
-                }
-            }
-        }
-        if losses.is_empty() {
-            let _ = writeln!(s, "\nThe model is above every baseline on PR-AUC and F1.");
-        } else {
-            let _ = writeln!(s, "\n**The model does not beat:** {}.", losses.join("; "));
-        }
-        if with_plots {
-            let _ = writeln!(s, "\n![PR curves]({})", pr_file(c));
-        }
-        let _ = writeln!(s);
+        classifier(&mut s, c, with_plots);
     }
     if !r.regressors.is_empty() {
         let _ = writeln!(
             s,
-            "## Forecasts against persistence\n\nMAE in the target's unit (s, bytes/s); weighted \
-             MAPE is sum |error| / sum |actual| (a per-row MAPE explodes on idle rows). \
-             Persistence forecasts the value now.\n"
+            "## Forecasts against persistence and mean reversion\n\nMAE in the target's unit \
+             (s, bytes/s); weighted MAPE is sum |error| / sum |actual| (a per-row MAPE \
+             explodes on idle rows). Persistence forecasts the value now; mean reversion its \
+             EWMA (30 s half-life).\n"
         );
         let _ = writeln!(
             s,
-            "| forecast | rows | MAE model | MAE persistence | weighted MAPE model % | weighted MAPE persistence % |"
+            "| forecast | rows | MAE model | MAE persistence | MAE EWMA | wMAPE model % | wMAPE persistence % | wMAPE EWMA % |"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
         for g in &r.regressors {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.4e} | {:.4e} | {:.1} | {:.1} |",
-                g.key, g.rows, g.mae_model, g.mae_persistence, g.mape_model, g.mape_persistence
+                "| {} | {} | {:.4e} | {:.4e} | {:.4e} | {:.1} | {:.1} | {:.1} |",
+                g.key,
+                g.rows,
+                g.mae_model,
+                g.mae_persistence,
+                g.mae_ewma,
+                g.mape_model,
+                g.mape_persistence,
+                g.mape_ewma
             );
         }
         let _ = writeln!(s);
@@ -174,4 +113,110 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
         let _ = writeln!(s, "![timeline](timeline.svg)\n");
     }
     s
+}
+
+fn classifier(s: &mut String, c: &ClassResult, with_plots: bool) {
+    let _ = writeln!(
+        s,
+        "## {}: {} within {}\n\n{} rows ({} positive, {}), {:.2} entity-hours.\n",
+        c.key,
+        c.target,
+        c.horizon,
+        c.rows,
+        c.positives,
+        pct(Some(c.positives as f64 / c.rows.max(1) as f64)),
+        c.hours
+    );
+    let _ = writeln!(
+        s,
+        "| scorer | PR-AUC | interval | model - x | ROC-AUC | precision | recall | time in alarm | false alarms/h | onsets | caught before | interval | within 1 tick | median lead s | median delay s |"
+    );
+    let _ = writeln!(
+        s,
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
+    );
+    for sc in &c.scorers {
+        let all = sc.onsets.get("all").cloned().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} |",
+            sc.name,
+            num(sc.pr_auc, 3),
+            ci(sc.pr_auc_ci, 3),
+            ci(sc.model_minus_ci, 3),
+            num(sc.roc_auc, 3),
+            num(sc.precision, 3),
+            num(sc.recall, 3),
+            pct(sc.time_in_alarm),
+            sc.false_alarms_per_hour,
+            all.count,
+            pct(Some(all.caught_before)),
+            ci(all.caught_before_ci, 2),
+            pct(Some(all.caught_within_1_tick)),
+            num(all.median_lead_s, 1),
+            num(all.median_delay_s, 1),
+        );
+    }
+    // Onsets by kind (lab ground truth): lead for gradual, delay for abrupt.
+    let kinds: Vec<&String> = c
+        .scorers
+        .first()
+        .map(|m| m.onsets.keys().filter(|k| *k != "all").collect())
+        .unwrap_or_default();
+    if !kinds.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nBy onset kind (caught before / within 1 tick / median lead s / median delay s):\n"
+        );
+        let _ = writeln!(
+            s,
+            "| scorer | {} |",
+            kinds
+                .iter()
+                .map(|k| format!("{k} ({})", c.scorers[0].onsets[*k].count))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(s, "|---|{}", "---:|".repeat(kinds.len()));
+        for sc in &c.scorers {
+            let cells: Vec<String> = kinds
+                .iter()
+                .map(|k| {
+                    let o = sc.onsets.get(*k).cloned().unwrap_or_default();
+                    format!(
+                        "{} / {} / {} / {}",
+                        pct(Some(o.caught_before)),
+                        pct(Some(o.caught_within_1_tick)),
+                        num(o.median_lead_s, 1),
+                        num(o.median_delay_s, 1)
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "| {} | {} |", sc.name, cells.join(" | "));
+        }
+    }
+    if let Some(m) = c.scorers.first() {
+        let _ = writeln!(
+            s,
+            "\nCalibration of the model's probability: expected calibration error {} over {} bins.",
+            num(m.ece, 3),
+            m.reliability.len()
+        );
+    }
+    if c.does_not_beat.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nThe model beats every baseline on PR-AUC outside the interval."
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "\n**The model does not beat, outside the interval:** {}.",
+            c.does_not_beat.join(", ")
+        );
+    }
+    if with_plots {
+        let _ = writeln!(s, "\n![PR curves]({})", pr_file(c));
+    }
+    let _ = writeln!(s);
 }

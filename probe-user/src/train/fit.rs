@@ -17,7 +17,7 @@ use crate::{
     eval::{self, metrics},
     features::{schema::Schema, FeatureConfig},
     model::{
-        bundle::{Entry, Manifest, Task, FORMAT, MANIFEST},
+        bundle::{Calibration, Entry, Manifest, Task, FORMAT, MANIFEST},
         lgbm::Booster,
     },
 };
@@ -239,6 +239,7 @@ fn fit_one(
         threshold: None,
         base: s.base.iter().map(|b| (*b).to_owned()).collect(),
         eps: s.eps,
+        calibration: None,
         metrics: serde_json::Value::Null,
     };
     let reg = match s.task {
@@ -333,36 +334,59 @@ fn fit_one(
         );
     }
     let mut baseline_thresholds = BTreeMap::new();
+    let trees = ours.num_trees();
+    if trees < 2 && !args.no_gate {
+        return Ok(Fitted::Skipped(format!(
+            "gate: {trees} tree(s): early stopping found nothing to learn beyond the prior"
+        )));
+    }
     match s.task {
         Task::Classifier => {
             let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
             let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
-            let (thr, f1_va) = metrics::operating_threshold(&sva, &lva, eval::MAX_ALARM_RATIO)
-                .unwrap_or((0.5, 0.0));
+            // Calibrated on validation (Platt): the probability then means what it says,
+            // and the threshold is one.
+            if let Some((a, b)) = metrics::platt(&sva, &lva) {
+                entry.calibration = Some(Calibration { a, b });
+            }
+            let pva: Vec<f64> = sva.iter().map(|&x| entry.probability(x)).collect();
+            let pte: Vec<f64> = ste.iter().map(|&x| entry.probability(x)).collect();
+            let thr = metrics::budget_threshold(&pva, &lva, eval::ALARM_BUDGET);
+            if !thr.is_finite() {
+                return Ok(Fitted::Skipped(format!(
+                    "gate: no threshold keeps the alarm on at most {:.0}% of calm validation rows",
+                    100.0 * eval::ALARM_BUDGET
+                )));
+            }
             entry.threshold = Some(thr);
-            let c = metrics::Confusion::at(&ste, &lte, thr);
+            let c = metrics::Confusion::at(&pte, &lte, thr);
+            let (_, ece) = metrics::reliability(&pte, &lte, 10);
+            let roc = metrics::roc_auc(&pte, &lte);
             entry.metrics = json!({
-                "trees": ours.num_trees(),
-                "operating_point": "best F1 on validation among thresholds alarming on at most 2x the positive rows",
-                "f1_validation": f1_va,
+                "trees": trees,
+                "operating_point": format!("the lowest threshold alarming on at most {:.0}% of calm validation rows", 100.0 * eval::ALARM_BUDGET),
                 "rows": {"train": tr.len(), "validation": va.len(), "test": te.len()},
                 "positives": {"train": pos(&ytr), "validation": pos(&yva), "test": pos(&yte)},
-                "pr_auc_test": metrics::average_precision(&ste, &lte),
-                "roc_auc_test": metrics::roc_auc(&ste, &lte),
+                "pr_auc_test": metrics::average_precision(&pte, &lte),
+                "roc_auc_test": roc,
                 "f1_test": c.f1(),
                 "precision_test": c.precision(),
                 "recall_test": c.recall(),
+                "time_in_alarm_test": metrics::alarm_share(&pte, &lte, thr),
+                "ece_test": ece,
             });
             // The baselines get their thresholds the same way, on the same rows.
             for (name, scores) in eval::baseline_scores(t, s, horizon_s, &va)? {
-                if let Some((bt, _)) =
-                    metrics::operating_threshold(&scores, &lva, eval::MAX_ALARM_RATIO)
-                {
-                    // A baseline that never has a finite score gets no threshold (eval
-                    // then reports it unthresholded).
-                    if bt.is_finite() {
-                        baseline_thresholds.insert(name.to_owned(), bt);
-                    }
+                let bt = metrics::budget_threshold(&scores, &lva, eval::ALARM_BUDGET);
+                // A baseline that never has a finite score gets no threshold (eval then
+                // fits one on its data and says so).
+                if bt.is_finite() {
+                    baseline_thresholds.insert(name.to_owned(), bt);
+                }
+            }
+            if !args.no_gate {
+                if let Some(why) = gate(t, s, horizon_s, &te, &pte, &lte, roc)? {
+                    return Ok(Fitted::Skipped(format!("gate: {why}")));
                 }
             }
         }
@@ -376,11 +400,18 @@ fn fit_one(
                 n += 1;
             }
             entry.metrics = json!({
-                "trees": ours.num_trees(),
+                "trees": trees,
                 "rows": {"train": tr.len(), "validation": va.len(), "test": te.len()},
                 "mae_test": (n > 0).then(|| m / n as f64),
                 "mae_persistence_test": (n > 0).then(|| p / n as f64),
             });
+            if !args.no_gate && n > 0 && m >= p {
+                return Ok(Fitted::Skipped(format!(
+                    "gate: test MAE {:.4e} is not below persistence's {:.4e}",
+                    m / n as f64,
+                    p / n as f64
+                )));
+            }
         }
     }
     Ok(Fitted::Model {
@@ -403,3 +434,53 @@ fn write_dir(dir: &Path, m: &Manifest, texts: &[String]) -> Result<()> {
     std::fs::write(&p, serde_json::to_string_pretty(m)? + "\n")
         .with_context(|| format!("writing {}", p.display()))
 }
+
+/// Why a classifier must not ship, judged on the test rows: a ranking at chance
+/// (ROC-AUC below 0.6), or a baseline it does not beat on PR-AUC outside the bootstrap
+/// interval of the difference (resampling recordings, or 60 s stretches of a single one).
+fn gate(
+    t: &FeatureTable,
+    s: &Spec,
+    horizon_s: f64,
+    rows: &[usize],
+    score: &[f64],
+    label: &[bool],
+    roc: Option<f64>,
+) -> Result<Option<String>> {
+    if roc.is_none_or(|r| r < MIN_ROC_AUC) {
+        return Ok(Some(format!(
+            "test ROC-AUC {} is below {MIN_ROC_AUC}",
+            roc.map_or("-".into(), |r| format!("{r:.3}"))
+        )));
+    }
+    let (_, groups) = eval::bootstrap_groups(t, rows);
+    for (name, base) in eval::baseline_scores(t, s, horizon_s, rows)? {
+        let samples = metrics::bootstrap(groups.len(), eval::BOOTSTRAP_REPS, 1, |drawn| {
+            let ks: Vec<usize> = drawn
+                .iter()
+                .flat_map(|&g| groups[g].iter().copied())
+                .collect();
+            let y: Vec<bool> = ks.iter().map(|&k| label[k]).collect();
+            let m: Vec<f64> = ks.iter().map(|&k| score[k]).collect();
+            let b: Vec<f64> = ks.iter().map(|&k| base[k]).collect();
+            Some(vec![
+                metrics::average_precision(&m, &y)? - metrics::average_precision(&b, &y)?,
+            ])
+        });
+        let d: Vec<f64> = samples.iter().map(|v| v[0]).collect();
+        match metrics::interval(&d, eval::CONFIDENCE) {
+            Some((lo, _)) if lo > 0.0 => {}
+            ci => {
+                return Ok(Some(format!(
+                    "does not beat {name} on test PR-AUC outside the {:.0}% interval (model minus {name}: {})",
+                    100.0 * eval::CONFIDENCE,
+                    ci.map_or("no resample had both classes".into(), |(a, b)| format!("[{a:.3}, {b:.3}]"))
+                )))
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A ranking below this on the test rows is too close to chance to page on.
+const MIN_ROC_AUC: f64 = 0.6;

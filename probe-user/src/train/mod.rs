@@ -48,6 +48,12 @@ pub struct TrainArgs {
     #[arg(long, value_name = "PARTS", value_delimiter = ',')]
     pub only: Vec<String>,
 
+    /// Write every model that trains, even one the ship gate refuses (a single tree, a
+    /// test ROC-AUC below 0.6, a baseline not beaten outside the bootstrap interval); for
+    /// experiments only: the built-in model is always gated.
+    #[arg(long)]
+    pub no_gate: bool,
+
     /// Overwrite DIR's model files if it exists.
     #[arg(long)]
     pub force: bool,

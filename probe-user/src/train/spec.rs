@@ -29,9 +29,14 @@ impl Spec {
         }
     }
 
-    /// The state-now column of a classifier's target (the persistence baseline).
+    /// The state-now column of a classifier's target.
     pub fn now(&self) -> String {
         format!("{}_now", self.target)
+    }
+
+    /// The onset column of a classifier's target (1 at the tick an event starts).
+    pub fn onset(&self) -> String {
+        format!("{}_onset", self.target)
     }
 
     pub fn file(&self, h: &str) -> String {
@@ -60,6 +65,14 @@ pub const SPECS: &[Spec] = &[
         target: "retrans_storm",
         task: Task::Classifier,
         signal: "retransmits_last",
+        base: &[],
+        eps: 0.0,
+    },
+    Spec {
+        entity_kind: PEER,
+        target: "iteration_slowdown",
+        task: Task::Classifier,
+        signal: "iteration_period_s",
         base: &[],
         eps: 0.0,
     },
