@@ -484,3 +484,66 @@ fn gate(
 
 /// A ranking below this on the test rows is too close to chance to page on.
 const MIN_ROC_AUC: f64 = 0.6;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four recordings of one peer, 1 s ticks: a calm RTT with small noise, and onset
+    /// labels (every 37th tick after the first 100 positive) that the RTT says nothing about, or, if
+    /// `informative`, that it shows as a 4 ms bump on the positive ticks.
+    fn table(informative: bool) -> (FeatureTable, Vec<usize>, Vec<bool>) {
+        let mut t = FeatureTable::default();
+        let (mut x, mut now, mut y) = (Vec::new(), Vec::new(), Vec::new());
+        let mut seed = 7u64;
+        for rec in 0..4 {
+            for i in 0..600 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let noise = (seed >> 40) as f64 / (1u64 << 24) as f64;
+                t.recording.push(format!("r{rec}"));
+                t.time_unix.push(1000.0 * f64::from(rec) + f64::from(i));
+                t.entity_kind.push("peer".into());
+                t.entity.push("p".into());
+                // After the calm level's first minute, so that every baseline can score them.
+                let positive = i >= 100 && i % 37 == 0;
+                let bump = if informative && positive { 0.004 } else { 0.0 };
+                x.push(0.002 + 0.0002 * noise + bump);
+                now.push(0.0);
+                y.push(positive);
+            }
+        }
+        t.names = vec!["rtt_p99_last".into(), "rtt_spike_now".into()];
+        t.columns = vec![x, now];
+        let rows: Vec<usize> = (0..t.len()).collect();
+        (t, rows, y)
+    }
+
+    #[test]
+    fn the_gate_passes_skill_and_refuses_chance() {
+        let (t, rows, y) = table(false);
+        let s = spec::SPECS
+            .iter()
+            .find(|s| s.target == "rtt_spike")
+            .unwrap();
+        // A model that knows the onsets: it beats every baseline by far.
+        let good: Vec<f64> = y.iter().map(|&p| if p { 0.9 } else { 0.1 }).collect();
+        let roc = metrics::roc_auc(&good, &y);
+        assert_eq!(gate(&t, s, 5.0, &rows, &good, &y, roc).unwrap(), None);
+        // A constant: chance, refused for its ranking.
+        let flat = vec![0.3; y.len()];
+        let roc = metrics::roc_auc(&flat, &y);
+        let why = gate(&t, s, 5.0, &rows, &flat, &y, roc).unwrap().unwrap();
+        assert!(why.contains("ROC-AUC"), "{why}");
+        // When the RTT itself shows the onsets, the EWMA rule ranks them as well as that
+        // model: no win outside the interval, refused, naming the baseline.
+        let (t, rows, y) = table(true);
+        let roc = metrics::roc_auc(&good, &y);
+        let why = gate(&t, s, 5.0, &rows, &good, &y, roc).unwrap();
+        assert!(
+            why.as_deref().is_some_and(|w| w.contains("does not beat")),
+            "{why:?}"
+        );
+    }
+}
