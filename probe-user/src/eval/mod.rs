@@ -334,6 +334,21 @@ pub fn main(args: EvalArgs) -> Result<()> {
                     &format!("{}: precision and recall on held-out data", c.key),
                     &curves,
                 )?;
+                let bins: Vec<(f64, f64)> = c
+                    .scorers
+                    .first()
+                    .map(|m| {
+                        m.reliability
+                            .iter()
+                            .map(|b| (b.predicted, b.observed))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                plots::reliability(
+                    &dir.join(report::reliability_file(c)),
+                    &format!("{}: calibration on held-out data", c.key),
+                    &bins,
+                )?;
             }
             if let Some(tl) = &timeline {
                 report::timeline(dir, tl)?;

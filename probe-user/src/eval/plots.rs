@@ -75,10 +75,39 @@ fn colour(i: usize) -> RGBAColor {
 /// Non-finite points are skipped; an empty `curves` (or a curve without points) draws
 /// the axes alone.
 pub fn pr_curves(path: &Path, title: &str, curves: &[Curve]) -> anyhow::Result<()> {
-    draw_pr(path, title, curves).map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))
+    let axes = ("recall", "precision", SeriesLabelPosition::LowerLeft);
+    draw_curves(path, title, axes, curves)
+        .map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))
 }
 
-fn draw_pr(path: &Path, title: &str, curves: &[Curve]) -> DrawResult {
+/// A reliability diagram: the observed share of positives against the mean predicted
+/// probability per bin, beside the diagonal a calibrated model follows. 800x600.
+pub fn reliability(path: &Path, title: &str, points: &[(f64, f64)]) -> anyhow::Result<()> {
+    let curves = [
+        Curve {
+            name: "model".into(),
+            points: points.to_vec(),
+        },
+        Curve {
+            name: "calibrated".into(),
+            points: vec![(0.0, 0.0), (1.0, 1.0)],
+        },
+    ];
+    let axes = (
+        "predicted probability",
+        "observed share",
+        SeriesLabelPosition::UpperLeft,
+    );
+    draw_curves(path, title, axes, &curves)
+        .map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))
+}
+
+fn draw_curves(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc, legend): (&str, &str, SeriesLabelPosition),
+    curves: &[Curve],
+) -> DrawResult {
     let root = SVGBackend::new(path, (800, 600)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -89,8 +118,8 @@ fn draw_pr(path: &Path, title: &str, curves: &[Curve]) -> DrawResult {
         .build_cartesian_2d(0f64..1f64, 0f64..1f64)?;
     chart
         .configure_mesh()
-        .x_desc("recall")
-        .y_desc("precision")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .draw()?;
     for (i, c) in curves.iter().enumerate() {
         let style = ShapeStyle::from(colour(i)).stroke_width(2);
@@ -105,10 +134,11 @@ fn draw_pr(path: &Path, title: &str, curves: &[Curve]) -> DrawResult {
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
     }
     if !curves.is_empty() {
-        // Lower left: PR curves start high on the left and fall to the right.
+        // PR curves start high on the left and fall to the right: their legend goes lower
+        // left.
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
+            .position(legend)
             .label_font((FONT, 14))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)

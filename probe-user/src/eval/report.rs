@@ -9,6 +9,13 @@ pub fn pr_file(c: &ClassResult) -> String {
     format!("pr-{}-{}-{}.svg", c.entity_kind, c.target, c.horizon)
 }
 
+pub fn reliability_file(c: &ClassResult) -> String {
+    format!(
+        "reliability-{}-{}-{}.svg",
+        c.entity_kind, c.target, c.horizon
+    )
+}
+
 pub fn timeline(dir: &Path, tl: &TimelineData) -> Result<()> {
     plots::timeline(
         &dir.join("timeline.svg"),
@@ -216,7 +223,12 @@ fn classifier(s: &mut String, c: &ClassResult, with_plots: bool) {
         );
     }
     if with_plots {
-        let _ = writeln!(s, "\n![PR curves]({})", pr_file(c));
+        let _ = writeln!(
+            s,
+            "\n![PR curves]({}) ![reliability]({})",
+            pr_file(c),
+            reliability_file(c)
+        );
     }
     let _ = writeln!(s);
 }
