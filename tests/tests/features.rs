@@ -206,9 +206,14 @@ fn live_features_equal_the_replay_of_the_recording() {
 fn is_feature(name: &str) -> bool {
     !(name.ends_with("_now")
         || name.contains("_future_")
-        || ["rtt_spike_", "retrans_storm_", "queue_overflow_", "iteration_slowdown_"]
-            .iter()
-            .any(|p| name.starts_with(p))
+        || [
+            "rtt_spike_",
+            "retrans_storm_",
+            "queue_overflow_",
+            "iteration_slowdown_",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
         || ["recording", "time_unix", "entity_kind", "entity"].contains(&name))
 }
 
