@@ -1,8 +1,11 @@
 //! `probe features`: replays recordings through the daemon's own feature engine, tick by
 //! tick with the same observations and burst events it saw, adds the training labels, and
 //! writes one wide Parquet table (a row per entity per tick) for `probe train` or
-//! pandas/polars. Each recording starts from fresh state, as the daemon did.
+//! pandas/polars. Each recording starts from fresh state, as the daemon did. A recording
+//! without its burst events but with stored features beside it (a compact run, `store`)
+//! takes its features from those.
 pub mod labels;
+pub mod store;
 pub mod table;
 
 use std::{
@@ -30,9 +33,14 @@ pub struct FeaturesArgs {
     #[arg(long, value_name = "REC", num_args = 1.., required = true)]
     pub data: Vec<PathBuf>,
 
-    /// The Parquet file to write.
-    #[arg(long, short = 'o', value_name = "FILE")]
-    pub out: PathBuf,
+    /// The Parquet file to write (optional with --compact).
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "FILE",
+        required_unless_present = "compact"
+    )]
+    pub out: Option<PathBuf>,
 
     /// Feature windows; must be the daemon's (`[features] windows`) for identical values.
     #[arg(long, value_name = "DURATIONS", value_delimiter = ',',
@@ -67,7 +75,20 @@ pub struct FeaturesArgs {
     #[arg(long, value_name = "PREFIX", value_delimiter = ',')]
     pub peers: Vec<String>,
 
-    /// Overwrite FILE if it exists.
+    /// Keep only the rows of these entity kinds (e.g. `peer,interface`, the kinds the
+    /// spike model learns on); default all. Features are computed over every entity first.
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(ENTITY_KINDS))]
+    pub kinds: Vec<String>,
+
+    /// Also write a compact copy of each recording, for a repository: its features (f32,
+    /// 14 mantissa bits, no labels) and the observations of the rows kept (see --peers),
+    /// in DIR/NAME/recording.features.parquet and DIR/NAME/recording.parquet (NAME: the
+    /// lab run's directory name, or the file's stem), and the lab's job log, ground truth
+    /// and lab.json beside them. `--data DIR/NAME/recording.parquet` reads it back.
+    #[arg(long, value_name = "DIR")]
+    pub compact: Option<PathBuf>,
+
+    /// Overwrite FILE (and the files of --compact) if they exist.
     #[arg(long)]
     pub force: bool,
 }
@@ -117,17 +138,13 @@ fn columns(fcfg: &FeatureConfig, lcfg: &LabelConfig) -> Vec<String> {
 fn table(numeric: &[String]) -> Table<Row> {
     let mut cols: Vec<ColumnDef> = KEYS
         .iter()
-        .map(|(n, ty)| ColumnDef {
-            name: (*n).into(),
-            ty: *ty,
-            required: true,
-        })
+        .map(|(n, ty)| ColumnDef::new(*n, *ty, true))
         .collect();
-    cols.extend(numeric.iter().map(|n| ColumnDef {
-        name: n.clone(),
-        ty: Type::F64,
-        required: false,
-    }));
+    cols.extend(
+        numeric
+            .iter()
+            .map(|n| ColumnDef::new(n.clone(), Type::F64, false)),
+    );
     Table {
         message: "probe_features",
         columns: cols,
@@ -201,14 +218,73 @@ fn recording_name(p: &Path) -> String {
     n.to_owned()
 }
 
-/// The rows of one recording: features and labels.
+/// The rows `probe features` keeps (`--kinds`, `--peers`).
+#[derive(Debug, Clone, Default)]
+pub struct Keep {
+    /// Entity kinds kept; all if empty.
+    pub kinds: Vec<String>,
+    /// Address prefixes of the peers kept; all if empty.
+    pub peers: Vec<String>,
+}
+
+impl Keep {
+    /// Whether the rows of an entity are kept: its kind is, and a peer's address starts
+    /// with a prefix.
+    fn keeps(&self, kind: &str, entity: &str) -> bool {
+        (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind))
+            && (kind != crate::observe::PEER
+                || self.peers.is_empty()
+                || self.peers.iter().any(|p| entity.starts_with(p.as_str())))
+    }
+}
+
+/// Where a recording's features came from.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    /// Replayed from its observations and burst events.
+    Replayed,
+    /// Replayed from its observations alone: the burst events are missing.
+    NoEvents,
+    /// Taken from the stored features beside it (a compact run).
+    Stored(PathBuf),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Replayed => write!(
+                f,
+                "features replayed from the observations and burst events"
+            ),
+            Source::NoEvents => write!(f, "features replayed without burst events"),
+            Source::Stored(p) => write!(f, "features stored in {}", p.display()),
+        }
+    }
+}
+
+/// One recording, featurized.
+struct Featurized {
+    /// The recording's name (`recording` column).
+    name: String,
+    /// Features and labels of the rows kept.
+    rows: Vec<Row>,
+    /// Every observation of the recording.
+    obs: Vec<Observation>,
+    /// The tick the features were computed at.
+    tick: Duration,
+    source: Source,
+}
+
+/// The rows of one recording: features and labels. The features are replayed from the
+/// observations and burst events; without burst events but with stored features beside
+/// the recording (a compact run), they are those. `numeric` is the features, then `labels`.
 fn featurize(
     path: &Path,
     fcfg: &FeatureConfig,
     lcfg: &LabelConfig,
     numeric: &[String],
-    peers: &[String],
-) -> Result<Vec<Row>> {
+    keep: &Keep,
+) -> Result<Featurized> {
     let obs: Vec<Observation> = reader::read(path)?;
     if obs.is_empty() {
         bail!("{} holds no observations", path.display());
@@ -216,26 +292,7 @@ fn featurize(
     if obs.windows(2).any(|w| w[1].time_unix < w[0].time_unix) {
         bail!("{}: observations are not in time order", path.display());
     }
-    let ev_path = events_path(path);
-    let events: Vec<BurstEvent> = if ev_path.exists() {
-        reader::read(&ev_path)?
-    } else {
-        tracing::warn!(
-            "{} is missing: burst features stay empty",
-            ev_path.display()
-        );
-        Vec::new()
-    };
-    if events.windows(2).any(|w| w[1].tick_unix < w[0].tick_unix) {
-        bail!("{}: burst events are not in tick order", ev_path.display());
-    }
-    let job = job_log(path)?;
-    let tick = tick_of(&obs);
-    let cfg = FeatureConfig {
-        tick,
-        ..fcfg.clone()
-    };
-    let feats = replay(&obs, &events, cfg);
+    let name = recording_name(path);
     let index: BTreeMap<&str, usize> = numeric
         .iter()
         .enumerate()
@@ -243,8 +300,65 @@ fn featurize(
         .collect();
     let label_names = labels::names(lcfg);
     let label_at: Vec<usize> = label_names.iter().map(|n| index[n.as_str()]).collect();
+    let features = &numeric[..numeric.len() - label_names.len()];
+
+    let ev_path = events_path(path);
+    let stored = store::features_path(path);
+    let (mut rows, tick, source) = if !ev_path.exists() && stored.exists() {
+        let (rows, tick) = store::read_features(
+            path,
+            &obs,
+            &name,
+            &label_list(&fcfg.windows),
+            features,
+            numeric.len(),
+            keep,
+        )?;
+        (
+            rows,
+            tick.unwrap_or_else(|| tick_of(&obs)),
+            Source::Stored(stored),
+        )
+    } else {
+        let (events, source): (Vec<BurstEvent>, _) = if ev_path.exists() {
+            (reader::read(&ev_path)?, Source::Replayed)
+        } else {
+            tracing::warn!(
+                "{} is missing: burst features stay empty",
+                ev_path.display()
+            );
+            (Vec::new(), Source::NoEvents)
+        };
+        if events.windows(2).any(|w| w[1].tick_unix < w[0].tick_unix) {
+            bail!("{}: burst events are not in tick order", ev_path.display());
+        }
+        let tick = tick_of(&obs);
+        let cfg = FeatureConfig {
+            tick,
+            ..fcfg.clone()
+        };
+        let rows = replay(&obs, &events, cfg)
+            .into_iter()
+            .filter(|f| keep.keeps(f.entity_kind, &f.entity))
+            .map(|f| {
+                let mut values = vec![f64::NAN; numeric.len()];
+                for (n, v) in f.schema.names.iter().zip(&f.values) {
+                    values[index[n.as_str()]] = *v;
+                }
+                Row {
+                    recording: name.clone(),
+                    time_unix: f.time_unix,
+                    entity_kind: f.entity_kind,
+                    entity: f.entity,
+                    values,
+                }
+            })
+            .collect();
+        (rows, tick, source)
+    };
 
     // Labels per entity, over its rows in time order.
+    let job = job_log(path)?;
     let mut by_entity: BTreeMap<(&str, &str), Vec<&Observation>> = BTreeMap::new();
     for o in &obs {
         by_entity
@@ -261,43 +375,41 @@ fn featurize(
             label_rows.insert((*key, o.time_unix.to_bits()), l);
         }
     }
-    let name = recording_name(path);
-    let mut out = Vec::with_capacity(feats.len());
-    for f in feats {
-        if f.entity_kind == crate::observe::PEER
-            && !peers.is_empty()
-            && !peers.iter().any(|p| f.entity.starts_with(p.as_str()))
-        {
-            continue;
-        }
-        let mut values = vec![f64::NAN; numeric.len()];
-        for (n, v) in f.schema.names.iter().zip(&f.values) {
-            values[index[n.as_str()]] = *v;
-        }
+    for r in &mut rows {
         if let Some(l) =
-            label_rows.get(&((f.entity_kind, f.entity.as_str()), f.time_unix.to_bits()))
+            label_rows.get(&((r.entity_kind, r.entity.as_str()), r.time_unix.to_bits()))
         {
             for (at, v) in label_at.iter().zip(l) {
-                values[*at] = *v;
+                r.values[*at] = *v;
             }
         }
-        out.push(Row {
-            recording: name.clone(),
-            time_unix: f.time_unix,
-            entity_kind: f.entity_kind,
-            entity: f.entity,
-            values,
-        });
     }
-    Ok(out)
+    Ok(Featurized {
+        name,
+        rows,
+        obs,
+        tick,
+        source,
+    })
 }
 
 pub fn main(args: FeaturesArgs) -> Result<()> {
-    if args.out.exists() && !args.force {
+    if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !args.force) {
         bail!(
             "{} exists; choose another --out or pass --force to overwrite it",
-            args.out.display()
+            out.display()
         );
+    }
+    if args.compact.is_some() {
+        let mut seen = std::collections::HashSet::new();
+        for p in &args.data {
+            if !seen.insert(recording_name(p)) {
+                bail!(
+                    "two recordings are named {} (their directory or stem): --compact would store both in one place",
+                    recording_name(p)
+                );
+            }
+        }
     }
     let fcfg = FeatureConfig {
         windows: args.windows.clone(),
@@ -317,6 +429,10 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         ..LabelConfig::default()
     };
     let numeric = columns(&fcfg, &lcfg);
+    let keep = Keep {
+        kinds: args.kinds.clone(),
+        peers: args.peers.clone(),
+    };
     let meta = [
         ("probe.features.windows", label_list(&fcfg.windows)),
         ("probe.features.horizons", label_list(&lcfg.horizons)),
@@ -332,22 +448,52 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         ),
         ("probe.version", env!("CARGO_PKG_VERSION").to_string()),
     ];
-    let mut w = RecordingWriter::create(&args.out, table(&numeric), &meta)?;
+    let mut w = match &args.out {
+        Some(out) => Some(RecordingWriter::create(out, table(&numeric), &meta)?),
+        None => None,
+    };
+    let features = &numeric[..numeric.len() - labels::names(&lcfg).len()];
     let mut total = 0;
     for path in &args.data {
-        let rows = featurize(path, &fcfg, &lcfg, &numeric, &args.peers)
+        if let Some(dir) = &args.compact {
+            store::check(dir, &recording_name(path), path, args.force)?;
+        }
+        let f = featurize(path, &fcfg, &lcfg, &numeric, &keep)
             .with_context(|| format!("featurizing {}", path.display()))?;
-        total += rows.len();
-        eprintln!("features: {} -> {} rows", path.display(), rows.len());
-        w.push(rows);
-        w.flush()?;
+        total += f.rows.len();
+        eprintln!(
+            "features: {} -> {} rows ({})",
+            path.display(),
+            f.rows.len(),
+            f.source
+        );
+        if let Some(dir) = &args.compact {
+            let windows = label_list(&fcfg.windows);
+            let s = store::write(dir, path, &f, features, &windows, &keep)
+                .with_context(|| format!("storing {} compactly", path.display()))?;
+            let kib = |b: u64| b as f64 / 1024.0;
+            eprintln!(
+                "features: {} -> {}: recording.parquet {:.1} KiB, recording.features.parquet {:.1} KiB, {:.1} KiB of lab files",
+                path.display(),
+                s.dir.display(),
+                kib(s.observations),
+                kib(s.features),
+                kib(s.beside)
+            );
+        }
+        if let Some(w) = &mut w {
+            w.push(f.rows);
+            w.flush()?;
+        }
     }
-    w.finish()?;
-    eprintln!(
-        "features: {total} rows, {} columns -> {}",
-        numeric.len() + KEYS.len(),
-        args.out.display()
-    );
+    if let (Some(w), Some(out)) = (w, &args.out) {
+        w.finish()?;
+        eprintln!(
+            "features: {total} rows, {} columns -> {}",
+            numeric.len() + KEYS.len(),
+            out.display()
+        );
+    }
     Ok(())
 }
 
@@ -356,4 +502,21 @@ fn label_list(d: &[Duration]) -> String {
         .map(|d| schema::label(*d))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_filters_kinds_and_peers() {
+        let all = Keep::default();
+        assert!(all.keeps("peer", "127.0.0.1") && all.keeps("qdisc", "eth0/tbf/1:"));
+        let lab = Keep {
+            kinds: vec!["peer".into(), "interface".into()],
+            peers: vec!["10.232.".into()],
+        };
+        assert!(lab.keeps("peer", "10.232.0.2") && lab.keeps("interface", "eth0"));
+        assert!(!lab.keeps("peer", "127.0.0.1") && !lab.keeps("qdisc", "eth0/tbf/1:"));
+    }
 }

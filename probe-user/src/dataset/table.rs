@@ -190,6 +190,10 @@ pub fn read(path: &Path) -> Result<FeatureTable> {
                 (c, ColumnReader::DoubleColumnReader(r)) if c >= KEYS.len() => {
                     t.columns[c - KEYS.len()].extend(doubles(r, optional)?)
                 }
+                // A compact run's stored features (dataset/store.rs): FLOAT, exact in f64.
+                (c, ColumnReader::FloatColumnReader(r)) if c >= KEYS.len() => {
+                    t.columns[c - KEYS.len()].extend(doubles(r, optional)?)
+                }
                 _ => bail!("{what}: column {name} has an unexpected type"),
             }
         }
@@ -205,11 +209,15 @@ pub fn read(path: &Path) -> Result<FeatureTable> {
     Ok(t)
 }
 
-/// A DOUBLE column, nulls as NaN.
-fn doubles(
-    mut r: parquet::column::reader::ColumnReaderImpl<parquet::data_type::DoubleType>,
+/// A DOUBLE or FLOAT column, nulls as NaN.
+fn doubles<T>(
+    mut r: parquet::column::reader::ColumnReaderImpl<T>,
     optional: bool,
-) -> Result<Vec<f64>> {
+) -> Result<Vec<f64>>
+where
+    T: parquet::data_type::DataType,
+    T::T: Copy + Into<f64>,
+{
     let (mut vals, mut defs, mut out) = (Vec::new(), Vec::new(), Vec::new());
     loop {
         vals.clear();
@@ -220,13 +228,13 @@ fn doubles(
             break;
         }
         if !optional {
-            out.extend_from_slice(&vals);
+            out.extend(vals.iter().map(|v| (*v).into()));
             continue;
         }
         let mut it = vals.iter();
         for d in &defs {
             out.push(if *d > 0 {
-                *it.next().context("fewer values than definition levels")?
+                (*it.next().context("fewer values than definition levels")?).into()
             } else {
                 f64::NAN
             });

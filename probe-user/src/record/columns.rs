@@ -14,6 +14,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub enum Type {
     /// DOUBLE.
     F64,
+    /// FLOAT: for stored features, where a double's precision is wasted (dataset/store.rs).
+    F32,
     /// INT64.
     I64,
     /// BYTE_ARRAY annotated STRING (UTF-8).
@@ -26,6 +28,7 @@ impl Type {
     pub fn name(self) -> &'static str {
         match self {
             Type::F64 => "f64",
+            Type::F32 => "f32",
             Type::I64 => "i64",
             Type::Str => "string",
         }
@@ -36,6 +39,7 @@ impl Type {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Cell<'a> {
     F64(Option<f64>),
+    F32(Option<f32>),
     I64(Option<i64>),
     Str(&'a str),
 }
@@ -63,15 +67,27 @@ pub struct ColumnDef {
     pub name: String,
     pub ty: Type,
     pub required: bool,
+    /// The column's encoding, dictionary off; `None`: the writer's default (a dictionary,
+    /// falling back to PLAIN when it grows too large). BYTE_STREAM_SPLIT suits floats that
+    /// vary in their low bytes: the exponents and high mantissa bytes, grouped, compress.
+    pub encoding: Option<::parquet::basic::Encoding>,
+}
+
+impl ColumnDef {
+    /// A column with the writer's default encoding.
+    pub fn new(name: impl Into<String>, ty: Type, required: bool) -> Self {
+        Self {
+            name: name.into(),
+            ty,
+            required,
+            encoding: None,
+        }
+    }
 }
 
 fn defs<R>(cols: &[Column<R>]) -> Vec<ColumnDef> {
     cols.iter()
-        .map(|c| ColumnDef {
-            name: c.name.to_string(),
-            ty: c.ty,
-            required: c.required,
-        })
+        .map(|c| ColumnDef::new(c.name, c.ty, c.required))
         .collect()
 }
 

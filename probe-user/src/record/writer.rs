@@ -9,8 +9,8 @@
 use std::{fs::File, io::Write, os::unix::fs::FileExt as _, path::Path, sync::Arc};
 
 use ::parquet::{
-    basic::Compression,
-    data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type},
+    basic::{Compression, ZstdLevel},
+    data_type::{ByteArray, ByteArrayType, DoubleType, FloatType, Int64Type},
     file::{
         metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter},
         properties::WriterProperties,
@@ -18,7 +18,7 @@ use ::parquet::{
     },
     schema::{
         parser::parse_message_type,
-        types::{SchemaDescPtr, SchemaDescriptor},
+        types::{ColumnPath, SchemaDescPtr, SchemaDescriptor},
     },
 };
 use anyhow::{Context as _, Result};
@@ -47,6 +47,7 @@ pub fn schema_text<R>(table: &Table<R>) -> String {
         let rep = if c.required { "required" } else { "optional" };
         let ty = match c.ty {
             Type::F64 => "double",
+            Type::F32 => "float",
             Type::I64 => "int64",
             Type::Str => "binary",
         };
@@ -73,23 +74,122 @@ pub struct RecordingWriter<R> {
 /// Parquet's limit on row groups per file (an i16 ordinal).
 pub const MAX_ROW_GROUPS: usize = i16::MAX as usize;
 
+/// Zstd at `level` (1-22), for files that are written once and kept (a compact run in a
+/// repository); the recorder, which flushes every minute, keeps snappy.
+pub fn zstd(level: i32) -> anyhow::Result<Compression> {
+    Ok(Compression::ZSTD(ZstdLevel::try_new(level)?))
+}
+
+/// A Parquet writer of `table` into `sink`, with the table's column encodings.
+fn parquet_writer<R, W: Write + Send>(
+    sink: W,
+    table: &Table<R>,
+    kv: Vec<KeyValue>,
+    compression: Compression,
+) -> Result<(SerializedFileWriter<W>, SchemaDescPtr)> {
+    let schema = Arc::new(parse_message_type(&schema_text(table)).context("recording schema")?);
+    let descr = Arc::new(SchemaDescriptor::new(schema.clone()));
+    let mut props = WriterProperties::builder()
+        .set_compression(compression)
+        .set_key_value_metadata(Some(kv))
+        .set_created_by(format!("probe {}", env!("CARGO_PKG_VERSION")));
+    for c in &table.columns {
+        if let Some(e) = c.encoding {
+            let path = ColumnPath::new(vec![c.name.clone()]);
+            props = props
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(path, e);
+        }
+    }
+    let writer = SerializedFileWriter::new(sink, schema, Arc::new(props.build()))?;
+    Ok((writer, descr))
+}
+
+/// Writes `rows` as one row group.
+fn write_rows<R, W: Write + Send>(
+    writer: &mut SerializedFileWriter<W>,
+    table: &Table<R>,
+    rows: &[R],
+) -> Result<()> {
+    let mut rg = writer.next_row_group()?;
+    let cell = table.cell;
+    for (i, c) in table.columns.iter().enumerate() {
+        let mut col = rg
+            .next_column()?
+            .expect("the schema has one column per table entry");
+        let mut defs: Vec<i16> = Vec::with_capacity(rows.len());
+        match c.ty {
+            Type::F64 => {
+                let mut vals = Vec::with_capacity(rows.len());
+                for r in rows {
+                    if let Cell::F64(v) = cell(r, i) {
+                        defs.push(i16::from(v.is_some()));
+                        vals.extend(v);
+                    }
+                }
+                let defs = (!c.required).then_some(defs.as_slice());
+                col.typed::<DoubleType>().write_batch(&vals, defs, None)?;
+            }
+            Type::F32 => {
+                let mut vals = Vec::with_capacity(rows.len());
+                for r in rows {
+                    if let Cell::F32(v) = cell(r, i) {
+                        defs.push(i16::from(v.is_some()));
+                        vals.extend(v);
+                    }
+                }
+                let defs = (!c.required).then_some(defs.as_slice());
+                col.typed::<FloatType>().write_batch(&vals, defs, None)?;
+            }
+            Type::I64 => {
+                let mut vals = Vec::with_capacity(rows.len());
+                for r in rows {
+                    if let Cell::I64(v) = cell(r, i) {
+                        defs.push(i16::from(v.is_some()));
+                        vals.extend(v);
+                    }
+                }
+                let defs = (!c.required).then_some(defs.as_slice());
+                col.typed::<Int64Type>().write_batch(&vals, defs, None)?;
+            }
+            Type::Str => {
+                let vals: Vec<ByteArray> = rows
+                    .iter()
+                    .filter_map(|r| match cell(r, i) {
+                        Cell::Str(s) => Some(ByteArray::from(s)),
+                        _ => None,
+                    })
+                    .collect();
+                col.typed::<ByteArrayType>()
+                    .write_batch(&vals, None, None)?;
+            }
+        }
+        col.close()?;
+    }
+    rg.close()?;
+    Ok(())
+}
+
 impl<R> RecordingWriter<R> {
-    /// Creates `path` (truncating it) and writes an empty but valid file of `table` into it.
+    /// Creates `path` (truncating it) and writes an empty but valid file of `table` into it,
+    /// compressed with snappy.
     pub fn create(path: &Path, table: Table<R>, metadata: &[(&str, String)]) -> Result<Self> {
+        Self::create_with(path, table, metadata, Compression::SNAPPY)
+    }
+
+    /// [`create`](Self::create) with another compression (e.g. [`zstd`]).
+    pub fn create_with(
+        path: &Path,
+        table: Table<R>,
+        metadata: &[(&str, String)],
+        compression: Compression,
+    ) -> Result<Self> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let schema =
-            Arc::new(parse_message_type(&schema_text(&table)).context("recording schema")?);
-        let descr = Arc::new(SchemaDescriptor::new(schema.clone()));
         let kv: Vec<KeyValue> = metadata
             .iter()
             .map(|(k, v)| KeyValue::new(k.to_string(), v.clone()))
             .collect();
-        let props = WriterProperties::builder()
-            .set_compression(Compression::SNAPPY)
-            .set_key_value_metadata(Some(kv.clone()))
-            .set_created_by(format!("probe {}", env!("CARGO_PKG_VERSION")))
-            .build();
-        let writer = SerializedFileWriter::new(Pending::default(), schema, Arc::new(props))?;
+        let (writer, descr) = parquet_writer(Pending::default(), &table, kv.clone(), compression)?;
         let mut w = Self {
             table,
             file,
@@ -143,51 +243,7 @@ impl<R> RecordingWriter<R> {
 
     fn write_row_group(&mut self) -> Result<()> {
         let rows = std::mem::take(&mut self.rows);
-        let mut rg = self.writer.next_row_group()?;
-        let cell = self.table.cell;
-        for (i, c) in self.table.columns.iter().enumerate() {
-            let mut col = rg
-                .next_column()?
-                .expect("the schema has one column per table entry");
-            let mut defs: Vec<i16> = Vec::with_capacity(rows.len());
-            match c.ty {
-                Type::F64 => {
-                    let mut vals = Vec::with_capacity(rows.len());
-                    for r in &rows {
-                        if let Cell::F64(v) = cell(r, i) {
-                            defs.push(i16::from(v.is_some()));
-                            vals.extend(v);
-                        }
-                    }
-                    let defs = (!c.required).then_some(defs.as_slice());
-                    col.typed::<DoubleType>().write_batch(&vals, defs, None)?;
-                }
-                Type::I64 => {
-                    let mut vals = Vec::with_capacity(rows.len());
-                    for r in &rows {
-                        if let Cell::I64(v) = cell(r, i) {
-                            defs.push(i16::from(v.is_some()));
-                            vals.extend(v);
-                        }
-                    }
-                    let defs = (!c.required).then_some(defs.as_slice());
-                    col.typed::<Int64Type>().write_batch(&vals, defs, None)?;
-                }
-                Type::Str => {
-                    let vals: Vec<ByteArray> = rows
-                        .iter()
-                        .filter_map(|r| match cell(r, i) {
-                            Cell::Str(s) => Some(ByteArray::from(s)),
-                            _ => None,
-                        })
-                        .collect();
-                    col.typed::<ByteArrayType>()
-                        .write_batch(&vals, None, None)?;
-                }
-            }
-            col.close()?;
-        }
-        rg.close()?;
+        write_rows(&mut self.writer, &self.table, &rows)?;
         self.rows_written += rows.len() as u64;
         self.row_groups += 1;
         Ok(())
