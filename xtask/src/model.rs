@@ -1,7 +1,9 @@
 //! `cargo xtask model`: the built-in spike model, end to end and reproducibly: a lab corpus
-//! (resumable), features of its training and held-out runs, `probe train` into
-//! probe-user/model/, and `probe eval` of it on the held-out runs into docs/model/ (the
-//! figures docs/model.md quotes).
+//! (resumable), packed into the repository's compact corpus (xtask/model-corpus/: the
+//! runs' features and observations, `probe features --compact`), features of its training
+//! and held-out runs, `probe train` into probe-user/model/, and `probe eval` of it on the
+//! held-out runs into docs/model/ (the figures docs/model.md quotes). `--no-lab` starts
+//! from the repository's corpus, on any machine.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -13,7 +15,8 @@ use crate::build;
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// The lab corpus (made or completed here; an existing one is reused).
+    /// The raw lab corpus (made or completed here; an existing one is reused), default
+    /// target/model-corpus; its runs are packed into xtask/model-corpus/.
     #[arg(long, value_name = "DIR")]
     pub corpus: Option<PathBuf>,
     /// Training runs of the corpus (plus a third as many held-out runs).
@@ -27,13 +30,20 @@ pub struct ModelArgs {
     /// onset comes within 120 s of almost every tick): longer runs can.
     #[arg(long, default_value = "5s,15s,30s")]
     pub horizons: String,
-    /// Use the corpus as it is: record nothing more.
+    /// Record nothing: train and evaluate on the repository's compact corpus as it is.
     #[arg(long)]
     pub no_lab: bool,
 }
 
 /// Calm gaps of the corpus's runs, seconds.
 const CALM: &str = "45-150";
+/// The repository's compact corpus, relative to the workspace.
+pub const REPO_CORPUS: &str = "xtask/model-corpus";
+/// The lab's ranks only: not the loopback scrapes, nor other namespaces' traffic the
+/// host-wide sock_ops program also sees.
+const LAB_PEERS: &str = "10.232.";
+/// The entity kinds the model learns on (train/spec.rs).
+const KINDS: &str = "peer,interface";
 
 /// Runs `probe ARGS` in `cwd` (the work directory: the manifest and the report then name
 /// the tables without this machine's paths).
@@ -90,9 +100,11 @@ pub fn run(args: ModelArgs) -> Result<()> {
         println!("model: {}", build::display(&c));
         build::run(&mut c)?;
     }
-    // Absolute: the probe commands run in the work directory.
-    let corpus = std::fs::canonicalize(&corpus)
-        .with_context(|| format!("no corpus at {}", corpus.display()))?;
+    let packed = root.join(REPO_CORPUS);
+    if !args.no_lab {
+        pack(&bin, &corpus, &packed)?;
+    }
+    let corpus = packed;
     let work = build::target_dir().join("model-work");
     std::fs::create_dir_all(&work)?;
     let (train, _) = split(&corpus, "train")?;
@@ -105,10 +117,6 @@ pub fn run(args: ModelArgs) -> Result<()> {
             "--force",
             "--horizons",
             args.horizons.as_str(),
-            // The lab's ranks only: not the loopback scrapes, nor other namespaces' traffic
-            // the host-wide sock_ops program also sees.
-            "--peers",
-            "10.232.",
             "--out",
             out.as_str(),
             "--data",
@@ -118,7 +126,7 @@ pub fn run(args: ModelArgs) -> Result<()> {
     }
     let model_dir = root.join("probe-user").join("model");
     let trained_on = format!(
-        "lab corpus: {} training runs of {} s (3 patterns, 3 periods, 6 episode kinds)",
+        "lab corpus: {} training runs of {} s (3 patterns x 3 periods x 3 link rates, 4-8 ranks, 6 episode kinds)",
         train.len(),
         args.duration
     );
@@ -162,5 +170,44 @@ pub fn run(args: ModelArgs) -> Result<()> {
         model_dir.display(),
         report.join("report.md").display()
     );
+    Ok(())
+}
+
+/// Packs every recorded run of the raw corpus that the repository's corpus lacks into it
+/// (`probe features --compact`: features and observations of the lab's peers and the
+/// interface, the job log, the ground truth), with the lab's corpus.json.
+fn pack(bin: &Path, raw: &Path, packed: &Path) -> Result<()> {
+    let raw =
+        &std::fs::canonicalize(raw).with_context(|| format!("no corpus at {}", raw.display()))?;
+    for part in ["train", "heldout"] {
+        let dst = packed.join(part);
+        std::fs::create_dir_all(&dst).with_context(|| format!("creating {}", dst.display()))?;
+        let (recs, _) = split(raw, part)?;
+        for rec in recs {
+            let run = Path::new(&rec)
+                .parent()
+                .and_then(Path::file_name)
+                .context("a run's directory")?;
+            if dst.join(run).join("recording.features.parquet").is_file() {
+                continue;
+            }
+            let out = dst.display().to_string();
+            let a = [
+                "features",
+                "--peers",
+                LAB_PEERS,
+                "--kinds",
+                KINDS,
+                "--compact",
+                &out,
+                "--data",
+                &rec,
+            ];
+            probe(bin, packed, &a)?;
+        }
+    }
+    let doc = raw.join("corpus.json");
+    std::fs::copy(&doc, packed.join("corpus.json"))
+        .with_context(|| format!("copying {}", doc.display()))?;
     Ok(())
 }

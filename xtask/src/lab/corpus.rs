@@ -117,7 +117,7 @@ pub fn plan(train: usize, base_seed: u64) -> Vec<RunSpec> {
         spec(Split::Train, i, seen[i % seen.len()], seed)
     };
     let heldout_run = |j: usize| {
-        let shape = if j % 4 == 0 {
+        let shape = if j.is_multiple_of(4) {
             unseen[(j / 4) % unseen.len()]
         } else {
             all[(j * 7) % all.len()]
