@@ -414,7 +414,13 @@ fn classifier(
         score,
         threshold: e.threshold.unwrap_or(f64::INFINITY),
     }];
-    let learnt = bundle.manifest.baselines.get(&key);
+    // The baselines' validation thresholds, if the bundle chose them the way this judges
+    // (a bundle from before the alarm budget has thresholds of other rules).
+    let learnt = bundle
+        .manifest
+        .baselines
+        .get(&key)
+        .filter(|_| bundle.manifest.data["alarm_budget"].as_f64() == Some(ALARM_BUDGET));
     for (name, col) in baseline_columns(t, s, e.horizon_s, &series)? {
         let (threshold, shown) = match learnt.and_then(|m| m.get(name)) {
             Some(t) => (*t, name.to_owned()),

@@ -140,6 +140,9 @@ pub fn main(args: TrainArgs) -> Result<()> {
             },
             "skipped": skipped,
             "max_abs_diff_rust_vs_lightgbm": worst_diff,
+            // How every threshold here was chosen: `probe eval` reuses the baselines'
+            // only if it judges at the same operating point.
+            "alarm_budget": eval::ALARM_BUDGET,
         }),
     };
     write_dir(&args.out, &manifest, &texts)?;
