@@ -67,12 +67,7 @@ pub fn round_feature(v: f64) -> Option<f32> {
 /// Where the stored features of recording `rec` are: `run.parquet` ->
 /// `run.features.parquet`.
 pub fn features_path(rec: &Path) -> PathBuf {
-    let name = rec
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".parquet").unwrap_or(&name);
-    rec.with_file_name(format!("{stem}.features.parquet"))
+    crate::record::sibling_path(rec, "features")
 }
 
 /// The stored features table: the keys, then the first `features` numeric columns of the

@@ -121,12 +121,17 @@ fn sleep_until(until: Instant) {
 
 /// Where the burst events of recording `out` are: `run.parquet` -> `run.events.parquet`.
 pub fn events_path(out: &std::path::Path) -> PathBuf {
-    let stem = out
+    sibling_path(out, "events")
+}
+
+/// A file that goes with recording `rec`: `run.parquet` -> `run.WHAT.parquet`.
+pub fn sibling_path(rec: &std::path::Path, what: &str) -> PathBuf {
+    let name = rec
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let stem = stem.strip_suffix(".parquet").unwrap_or(&stem);
-    out.with_file_name(format!("{stem}.events.parquet"))
+    let stem = name.strip_suffix(".parquet").unwrap_or(&name);
+    rec.with_file_name(format!("{stem}.{what}.parquet"))
 }
 
 fn hostname() -> String {

@@ -10,11 +10,11 @@ use std::{fs::File, io::Write, os::unix::fs::FileExt as _, path::Path, sync::Arc
 
 use ::parquet::{
     basic::{Compression, ZstdLevel},
-    data_type::{ByteArray, ByteArrayType, DoubleType, FloatType, Int64Type},
+    data_type::{ByteArray, ByteArrayType, DataType, DoubleType, FloatType, Int64Type},
     file::{
         metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter},
         properties::WriterProperties,
-        writer::SerializedFileWriter,
+        writer::{SerializedColumnWriter, SerializedFileWriter},
     },
     schema::{
         parser::parse_message_type,
@@ -117,40 +117,24 @@ fn write_rows<R, W: Write + Send>(
         let mut col = rg
             .next_column()?
             .expect("the schema has one column per table entry");
-        let mut defs: Vec<i16> = Vec::with_capacity(rows.len());
         match c.ty {
             Type::F64 => {
-                let mut vals = Vec::with_capacity(rows.len());
-                for r in rows {
-                    if let Cell::F64(v) = cell(r, i) {
-                        defs.push(i16::from(v.is_some()));
-                        vals.extend(v);
-                    }
-                }
-                let defs = (!c.required).then_some(defs.as_slice());
-                col.typed::<DoubleType>().write_batch(&vals, defs, None)?;
+                write_numbers::<DoubleType, R>(&mut col, rows, c.required, |r| match cell(r, i) {
+                    Cell::F64(v) => v,
+                    _ => None,
+                })?
             }
             Type::F32 => {
-                let mut vals = Vec::with_capacity(rows.len());
-                for r in rows {
-                    if let Cell::F32(v) = cell(r, i) {
-                        defs.push(i16::from(v.is_some()));
-                        vals.extend(v);
-                    }
-                }
-                let defs = (!c.required).then_some(defs.as_slice());
-                col.typed::<FloatType>().write_batch(&vals, defs, None)?;
+                write_numbers::<FloatType, R>(&mut col, rows, c.required, |r| match cell(r, i) {
+                    Cell::F32(v) => v,
+                    _ => None,
+                })?
             }
             Type::I64 => {
-                let mut vals = Vec::with_capacity(rows.len());
-                for r in rows {
-                    if let Cell::I64(v) = cell(r, i) {
-                        defs.push(i16::from(v.is_some()));
-                        vals.extend(v);
-                    }
-                }
-                let defs = (!c.required).then_some(defs.as_slice());
-                col.typed::<Int64Type>().write_batch(&vals, defs, None)?;
+                write_numbers::<Int64Type, R>(&mut col, rows, c.required, |r| match cell(r, i) {
+                    Cell::I64(v) => v,
+                    _ => None,
+                })?
             }
             Type::Str => {
                 let vals: Vec<ByteArray> = rows
@@ -167,6 +151,26 @@ fn write_rows<R, W: Write + Send>(
         col.close()?;
     }
     rg.close()?;
+    Ok(())
+}
+
+/// One numeric column of `rows`: the values `get` gives, nulls where it gives none (a
+/// required column has none).
+fn write_numbers<T: DataType, R>(
+    col: &mut SerializedColumnWriter<'_>,
+    rows: &[R],
+    required: bool,
+    get: impl Fn(&R) -> Option<T::T>,
+) -> Result<()> {
+    let mut defs: Vec<i16> = Vec::with_capacity(rows.len());
+    let mut vals = Vec::with_capacity(rows.len());
+    for r in rows {
+        let v = get(r);
+        defs.push(i16::from(v.is_some()));
+        vals.extend(v);
+    }
+    let defs = (!required).then_some(defs.as_slice());
+    col.typed::<T>().write_batch(&vals, defs, None)?;
     Ok(())
 }
 
