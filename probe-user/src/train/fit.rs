@@ -349,8 +349,15 @@ fn fit_one(
             let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
             // Calibrated on validation (Platt): the probability then means what it says,
             // and the threshold is one.
-            if let Some((a, b)) = metrics::platt(&sva, &lva) {
-                entry.calibration = Some(Calibration { a, b });
+            match metrics::platt(&sva, &lva) {
+                Some((a, b)) if a > 0.0 => entry.calibration = Some(Calibration { a, b }),
+                // A slope of 0 or below: higher scores mean fewer events on validation.
+                Some((a, _)) if !args.no_gate => {
+                    return Ok(Fitted::Skipped(format!(
+                        "gate: it ranks the validation rows backwards (calibration slope {a:.3})"
+                    )))
+                }
+                _ => {}
             }
             let pva: Vec<f64> = sva.iter().map(|&x| entry.probability(x)).collect();
             let pte: Vec<f64> = ste.iter().map(|&x| entry.probability(x)).collect();
