@@ -95,6 +95,9 @@ pub fn run(args: ModelArgs) -> Result<()> {
             // Calm stretches long enough for an onset to follow a calm baseline, and twice
             // as many gradual episodes as abrupt ones: lead time is learnt from build-ups.
             .args(["--calm", CALM, "--gradual-weight", "2"])
+            // Runs the repository holds already are not recorded again.
+            .arg("--corpus-packed")
+            .arg(root.join(REPO_CORPUS))
             .arg("--probe")
             .arg(&bin);
         println!("model: {}", build::display(&c));

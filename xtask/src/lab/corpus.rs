@@ -237,7 +237,12 @@ pub fn run(args: &LabArgs, dir: &Path, traingen: &Path, probe: &Path) -> Result<
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     let settings = Settings::of(args);
-    let mut entries = resume(&dir, &settings, plan(args.corpus_runs as usize, args.seed))?;
+    let mut entries = resume(
+        &dir,
+        &settings,
+        plan(args.corpus_runs as usize, args.seed),
+        args.corpus_packed.as_deref(),
+    )?;
     let (train, heldout) = split_counts(&entries);
     let done = entries.iter().filter(|e| e.status == Status::Ok).count();
     eprintln!(
@@ -277,9 +282,18 @@ fn split_counts(entries: &[Entry]) -> (usize, usize) {
     (train, entries.len() - train)
 }
 
+/// Where a packed run keeps its features (`probe features --compact`).
+const PACKED: &str = "recording.features.parquet";
+
 /// The plan's entries, with the runs an earlier invocation recorded marked done: its
-/// corpus.json says ok and the recording is still there.
-fn resume(dir: &Path, settings: &Settings, plan: Vec<RunSpec>) -> Result<Vec<Entry>> {
+/// corpus.json says ok and the recording is still there, or the run is packed under
+/// `packed`.
+fn resume(
+    dir: &Path,
+    settings: &Settings,
+    plan: Vec<RunSpec>,
+    packed: Option<&Path>,
+) -> Result<Vec<Entry>> {
     let path = dir.join(CORPUS_FILE);
     let prev: serde_json::Value = match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
@@ -321,6 +335,9 @@ fn resume(dir: &Path, settings: &Settings, plan: Vec<RunSpec>) -> Result<Vec<Ent
                     e.t_start = r["t_start"].as_f64();
                     e.wall_s = r["wall_s"].as_f64();
                 }
+            }
+            if packed.is_some_and(|p| p.join(&e.dir).join(PACKED).is_file()) {
+                e.status = Status::Ok;
             }
             e
         })
@@ -561,7 +578,7 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let s = settings();
-        let mut entries = resume(&dir, &s, plan(2, 1)).unwrap();
+        let mut entries = resume(&dir, &s, plan(2, 1), None).unwrap();
         assert!(entries.iter().all(|e| e.status == Status::Pending));
         // Run 0 recorded, run 1 failed, run 2 said ok but its recording is gone.
         entries[0].status = Status::Ok;
@@ -570,7 +587,7 @@ mod tests {
         fs::create_dir_all(dir.join(&entries[0].dir)).unwrap();
         fs::write(dir.join(&entries[0].dir).join(RECORDING), b"x").unwrap();
         write_doc(&dir, &s, &entries).unwrap();
-        let again = resume(&dir, &s, plan(2, 1)).unwrap();
+        let again = resume(&dir, &s, plan(2, 1), None).unwrap();
         let st: Vec<Status> = again.iter().map(|e| e.status).collect();
         assert_eq!(st, [Status::Ok, Status::Pending, Status::Pending]);
         // Other settings: refused, not mixed.
@@ -578,13 +595,22 @@ mod tests {
             duration_s: 60.0,
             ..settings()
         };
-        let err = resume(&dir, &other, plan(2, 1)).unwrap_err().to_string();
+        let err = resume(&dir, &other, plan(2, 1), None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("other settings"), "{err}");
         let doc: serde_json::Value =
             serde_json::from_slice(&fs::read(dir.join(CORPUS_FILE)).unwrap()).unwrap();
         assert_eq!(doc["runs"][0]["split"], "train");
         assert_eq!(doc["runs"][2]["split"], "heldout");
         assert_eq!(doc["runs"][1]["status"], "failed");
+        // A run packed elsewhere (the repository's corpus) counts as recorded.
+        let packed = dir.join("packed");
+        fs::create_dir_all(packed.join(&entries[1].dir)).unwrap();
+        fs::write(packed.join(&entries[1].dir).join(PACKED), b"x").unwrap();
+        let again = resume(&dir, &s, plan(2, 1), Some(&packed)).unwrap();
+        let st: Vec<Status> = again.iter().map(|e| e.status).collect();
+        assert_eq!(st, [Status::Ok, Status::Ok, Status::Pending]);
         assert_eq!(doc["heldout_only"]["pattern"], "ps");
         let _ = fs::remove_dir_all(&dir);
     }

@@ -156,6 +156,11 @@ pub struct LabArgs {
     #[arg(long, value_name = "N", default_value_t = 15, requires = "corpus",
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub corpus_runs: u32,
+    /// With --corpus: runs already packed under DIR (DIR/<split>/<run>/, as `cargo xtask
+    /// model` packs them into the repository) count as recorded, so a corpus resumed on
+    /// another machine records only what the repository lacks.
+    #[arg(long, value_name = "DIR", requires = "corpus")]
+    pub corpus_packed: Option<PathBuf>,
     /// Build traingen in release mode (default: the profile xtask itself was built with).
     #[arg(long)]
     pub release: bool,
@@ -900,6 +905,7 @@ mod run_tests {
             record: None,
             probe: None,
             corpus: None,
+            corpus_packed: None,
             corpus_runs: 15,
             release: false,
             clean: false,
