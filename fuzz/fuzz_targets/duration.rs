@@ -1,7 +1,7 @@
 //! `--tick`, `--burst-gap`, `[rdma] interval`...: durations from flags and the config file.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use probe_user::cli::parse_duration;
+use probe_user::duration::parse_duration;
 
 fuzz_target!(|text: &str| {
     if let Ok(d) = parse_duration(text) {

@@ -5,7 +5,10 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 
-use crate::cli::{parse_duration, RunArgs, TcAttach};
+use crate::{
+    cli::{RunArgs, TcAttach},
+    duration::parse_duration,
+};
 
 #[derive(Debug, Clone)]
 pub struct Config {

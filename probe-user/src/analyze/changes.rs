@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::series::Series;
-use crate::features::median;
+use crate::stats::median;
 
 /// Ticks on each side of a candidate.
 const W: usize = 5;

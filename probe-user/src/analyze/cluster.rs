@@ -8,7 +8,7 @@ use rand_xoshiro::{rand_core::SeedableRng as _, Xoshiro256Plus};
 use serde::Serialize;
 
 use super::series::{Series, FEATURES};
-use crate::features::median;
+use crate::stats::median;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Cluster {

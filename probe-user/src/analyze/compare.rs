@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::{timing, Analysis};
-use crate::features::median;
+use crate::stats::median;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::{load::Lab, Analysis};
-use crate::features::median;
+use crate::stats::median;
 
 /// The lab's pattern names, as `probe analyze` names them.
 pub fn expected_pattern(lab: &str) -> &str {

@@ -72,7 +72,7 @@ pub fn series(rec: &Recording, job: &[String], iterations: &[Iteration]) -> Seri
     // apart (the marker direction busy with other traffic too): unknown.
     let typical = {
         let mut l: Vec<f64> = iterations.iter().map(|i| i.len).collect();
-        crate::features::median(&mut l).unwrap_or(f64::NAN)
+        crate::stats::median(&mut l).unwrap_or(f64::NAN)
     };
     let iteration: Vec<f64> = t
         .iter()

@@ -6,10 +6,12 @@
 use serde::Serialize;
 
 use super::load::Recording;
-use crate::features::{
-    bursts::{Burst, Bursts},
-    median,
-    period::{add_occupancy, Period, PeriodFinder, BIN_S},
+use crate::{
+    features::{
+        bursts::{Burst, Bursts},
+        period::{add_occupancy, Period, PeriodFinder, BIN_S},
+    },
+    stats::median,
 };
 
 /// A burst whose packets average less than this is ACKs, not data.

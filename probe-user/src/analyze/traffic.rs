@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::load::Recording;
-use crate::{features::median, observe::PEER};
+use crate::{observe::PEER, stats::median};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct PeerTraffic {

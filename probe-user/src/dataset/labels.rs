@@ -17,7 +17,10 @@
 //!   and the RTT p99 and throughput at t + H as regression targets.
 use std::time::Duration;
 
-use crate::observe::{self as o, Observation};
+use crate::{
+    observe::{self as o, Observation},
+    stats::quantile,
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelConfig {
@@ -215,16 +218,6 @@ impl JobLog {
             .collect();
         Some((period, quantile(&mut d, cfg.calm_quantile)?))
     }
-}
-
-/// The `q` quantile (nearest rank, 0 <= q <= 1) of `v`; None if empty.
-pub fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    Some(v[i.min(v.len() - 1)])
 }
 
 /// Per tick, the calm level of `v`: its `calm_quantile` over the `calm_window` before the
@@ -664,13 +657,5 @@ mod tests {
         };
         let (p, calm) = stall.at(105.0, &cfg).unwrap();
         assert_eq!((p, calm), (5.0, 0.25));
-    }
-
-    #[test]
-    fn quantile_is_nearest_rank() {
-        assert_eq!(quantile(&mut [], 0.5), None);
-        assert_eq!(quantile(&mut [3.0, 1.0, 2.0, 4.0, 5.0], 0.25), Some(2.0));
-        assert_eq!(quantile(&mut [3.0, 1.0], 0.0), Some(1.0));
-        assert_eq!(quantile(&mut [3.0, 1.0], 1.0), Some(3.0));
     }
 }

@@ -44,12 +44,12 @@ pub struct FeaturesArgs {
 
     /// Feature windows; must be the daemon's (`[features] windows`) for identical values.
     #[arg(long, value_name = "DURATIONS", value_delimiter = ',',
-          value_parser = crate::cli::parse_duration, default_values = ["5s", "30s", "120s"])]
+          value_parser = crate::duration::parse_duration, default_values = ["5s", "30s", "120s"])]
     pub windows: Vec<Duration>,
 
     /// Label horizons.
     #[arg(long, value_name = "DURATIONS", value_delimiter = ',',
-          value_parser = crate::cli::parse_duration, default_values = ["5s", "15s", "30s"])]
+          value_parser = crate::duration::parse_duration, default_values = ["5s", "15s", "30s"])]
     pub horizons: Vec<Duration>,
 
     /// An RTT spike is the RTT p99 at least this many times its calm level (and a
@@ -58,15 +58,15 @@ pub struct FeaturesArgs {
     pub spike_factor: f64,
 
     /// ...and at least this much above it.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "1ms")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "1ms")]
     pub rtt_margin: Duration,
 
     /// Calm time an onset needs before it; rows this long after an event are masked.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "30s")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "30s")]
     pub quiet: Duration,
 
     /// History the calm level needs before events are called.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "60s")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration, default_value = "60s")]
     pub calm_min: Duration,
 
     /// Keep only the peers whose address starts with one of these prefixes (e.g. the lab's

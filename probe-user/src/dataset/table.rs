@@ -51,7 +51,9 @@ impl FeatureTable {
     pub fn windows(&self) -> Result<Vec<std::time::Duration>> {
         self.list("probe.features.windows")?
             .iter()
-            .map(|w| crate::cli::parse_duration(w).map_err(|e| anyhow::anyhow!("window {w}: {e}")))
+            .map(|w| {
+                crate::duration::parse_duration(w).map_err(|e| anyhow::anyhow!("window {w}: {e}"))
+            })
             .collect()
     }
 

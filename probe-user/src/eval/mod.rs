@@ -591,7 +591,7 @@ fn median_tick(t: &FeatureTable, series: &[Vec<usize>]) -> f64 {
         })
         .filter(|d| *d > 0.0)
         .collect();
-    crate::features::median(&mut d).unwrap_or(1.0)
+    crate::stats::median(&mut d).unwrap_or(1.0)
 }
 
 /// Bootstrap intervals by recording: every scorer's PR-AUC, the model's lead over each
@@ -795,8 +795,8 @@ fn summarize(onsets: &[OnsetSeen], horizon_s: f64, tick_s: f64) -> BTreeMap<Stri
                 caught_before: before.len() as f64 / n,
                 caught_before_ci: None,
                 caught_within_1_tick: (before.len() + quick) as f64 / n,
-                median_lead_s: crate::features::median(&mut before),
-                median_delay_s: crate::features::median(&mut after),
+                median_lead_s: crate::stats::median(&mut before),
+                median_delay_s: crate::stats::median(&mut after),
                 missed: v.iter().filter(|l| **l == metrics::Lead::Missed).count(),
             };
             (k, o)

@@ -8,14 +8,16 @@ use rustc_hash::FxHashMap;
 
 use super::{
     bursts::{Burst, Bursts},
-    median,
     period::{Period, PeriodFinder},
     schema::{per_signal, FeatureConfig, Schema, BURST_STATS},
     signals,
     window::{signal_features, Ewma, Ring},
     FeatureRow,
 };
-use crate::observe::{self as o, Observation, TickBursts};
+use crate::{
+    observe::{self as o, Observation, TickBursts},
+    stats::median,
+};
 
 struct Entity {
     ring: Ring,

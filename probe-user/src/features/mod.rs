@@ -20,17 +20,6 @@ pub use schema::{FeatureConfig, Schema};
 
 use crate::{pipeline, snapshot::Snapshot};
 
-/// Median of `v` (sorted in place); None when empty.
-pub fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
-
 /// One entity's feature values at one tick, in its kind's schema order. NaN is a feature
 /// not known this tick; the JSON form leaves it out.
 #[derive(Clone, Debug)]

@@ -49,7 +49,7 @@ pub struct RecordArgs {
     pub duration: Option<Duration>,
 
     /// Poll every DURATION. Default: follow the daemon's tick, polling just after each one.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_duration)]
     pub interval: Option<Duration>,
 
     /// Write a row group every N ticks: the file on disk is complete up to the last one, so
@@ -76,7 +76,7 @@ fn parse_span(s: &str) -> Result<Duration, String> {
         }
         return Err(format!("`{s}` must be a positive number of seconds"));
     }
-    crate::cli::parse_duration(s)
+    crate::duration::parse_duration(s)
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

@@ -40,7 +40,7 @@ pub struct TopArgs {
     pub auth: crate::apiclient::ApiAuth,
 
     /// How often to read the daemon, e.g. `1s`, `500ms`.
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = crate::duration::parse_duration)]
     pub interval: std::time::Duration,
 
     /// Print one frame as plain text and exit (rates need two ticks: it waits for the next).

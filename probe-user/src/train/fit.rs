@@ -229,7 +229,7 @@ fn fit_one(
     names: &[String],
 ) -> Result<Fitted> {
     let label = t.column(&s.label(h))?;
-    let horizon_s = crate::cli::parse_duration(h)
+    let horizon_s = crate::duration::parse_duration(h)
         .map_err(|e| anyhow::anyhow!("horizon {h}: {e}"))?
         .as_secs_f64();
     let mut entry = Entry {
