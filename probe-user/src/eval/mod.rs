@@ -1,7 +1,9 @@
-//! `probe eval`: a model and the baselines, side by side, on held-out data: ranking (PR-AUC,
-//! ROC-AUC), the operating point (precision, recall, F1 at the model's threshold), false
-//! alarms per hour, and lead time before each event's onset, by onset kind when the lab's
-//! ground truth is given. Regressors against persistence. A Markdown report and SVG plots.
+//! `probe eval`: a model and the baselines, side by side, on held-out data: ranking (PR-AUC
+//! with bootstrap intervals over recordings, ROC-AUC), the operating point (precision,
+//! recall, time in alarm at each scorer's threshold), false alarms per entity-hour, lead
+//! time or delay per event onset (by onset kind when the lab's ground truth is given), and
+//! calibration. Regressors against persistence and mean reversion. A Markdown report and
+//! SVG plots.
 pub mod baselines;
 pub mod metrics;
 pub mod plots;
