@@ -14,9 +14,9 @@ use tokio::{
 
 use crate::{
     bpf::{Loaded, TcAttacher},
-    cli::RunArgs,
     collect::{assemble::Sources, rdma, rdma::RdmaSnapshot, Collector},
     config::Config,
+    config::RunArgs,
     export::{
         http::{router, Shared},
         metrics::registry,

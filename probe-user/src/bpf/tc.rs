@@ -21,7 +21,7 @@ use netlink_packet_route::tc::TcHandle;
 use probe_ebpf::names;
 
 use crate::{
-    cli::TcAttach,
+    config::TcAttach,
     host::iface::{Iface, L2},
 };
 
