@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::metrics::{counter, gauge, l};
+use super::family::{counter, gauge, l};
 use crate::{fold::OTHER, observe::PEER, snapshot::Snapshot};
 
 /// (metric, feature, help). The feature names are in docs/features.md.

@@ -1,4 +1,5 @@
 //! Export: the Prometheus scrape target and the JSON API.
+pub mod family;
 pub mod features;
 pub mod http;
 pub mod metrics;

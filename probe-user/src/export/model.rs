@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::metrics::{gauge, l};
+use super::family::{gauge, l};
 use crate::{
     model::score::Forecast,
     observe::{INTERFACE, PEER},
