@@ -662,7 +662,7 @@ fn drive(
     // The kernel's view of the traffic, before the namespaces go.
     let mut counters = BTreeMap::new();
     for i in 0..n {
-        match observe::iface_counters(&lab.rank_ns(i)) {
+        match observe::iface_counters(&lab.rank_ns(i), topo::RANK_DEV) {
             Ok(c) => {
                 counters.insert(i, c);
             }

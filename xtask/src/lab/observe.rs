@@ -2,7 +2,6 @@
 //! per-connection RTT from `ss`. This is the lab's own check that the traffic flowed and
 //! that the episodes hurt; the probe's recording is judged against the ground truth.
 use super::cmd;
-use super::topo::RANK_DEV;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
@@ -15,10 +14,10 @@ pub struct Counters {
     pub tx_packets: u64,
 }
 
-/// Counters of the rank side of the veth, from `ip -s -j link`.
-pub fn iface_counters(ns: &str) -> Result<Counters> {
-    let out = cmd::run(&["ip", "-n", ns, "-s", "-j", "link", "show", "dev", RANK_DEV])?;
-    parse_ip_link_stats(&out).with_context(|| format!("{ns} {RANK_DEV} counters"))
+/// Counters of `dev` in `ns` (a rank's side of its veth), from `ip -s -j link`.
+pub fn iface_counters(ns: &str, dev: &str) -> Result<Counters> {
+    let out = cmd::run(&["ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev])?;
+    parse_ip_link_stats(&out).with_context(|| format!("{ns} {dev} counters"))
 }
 
 pub fn parse_ip_link_stats(json: &str) -> Result<Counters> {
