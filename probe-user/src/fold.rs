@@ -13,8 +13,9 @@ use crate::{
     snapshot::{BurstSeries, FlowSeries, Histogram, PeerSeries, Snapshot},
 };
 
-/// A member peer that moved no traffic for this long gives its series up.
-const PEER_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+/// A member peer that moved no traffic for this long gives its series up: as long as the
+/// collectors keep an idle series.
+const PEER_IDLE: std::time::Duration = crate::collect::delta::SERIES_IDLE;
 
 /// The fold stage: top-K peers keep their series, the rest become peer="other". Runs after
 /// the features, which see every peer.

@@ -15,8 +15,8 @@ use std::{
 
 use rustc_hash::FxHashMap as HashMap;
 
-/// How long a series outlives its last change (the fold stage keeps a top-K slot as long:
-/// `fold::PEER_IDLE`).
+/// How long a series outlives its last change; the fold stage keeps an idle peer's top-K
+/// slot exactly as long (it reads this constant).
 pub const SERIES_IDLE: Duration = Duration::from_secs(600);
 
 /// When each series last moved (DeltaTotals) or had a kernel entry (the flow collector,
