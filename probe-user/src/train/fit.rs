@@ -44,7 +44,12 @@ pub fn main(args: TrainArgs) -> Result<()> {
         ..FeatureConfig::default()
     };
     let horizons = table.horizons()?;
-    let (parts, split_desc) = split(&table, args.holdout);
+    let longest = horizons
+        .iter()
+        .filter_map(|h| crate::duration::parse_duration(h).ok())
+        .max()
+        .map_or(0.0, |d| d.as_secs_f64());
+    let (parts, split_desc) = split(&table, args.holdout, longest);
     eprintln!("train: {} rows; split {split_desc}", table.len());
 
     let jobs: Vec<(&Spec, &String)> = SPECS
@@ -137,6 +142,7 @@ pub fn main(args: TrainArgs) -> Result<()> {
                 "train": parts.iter().filter(|p| **p == Part::Train).count(),
                 "validation": parts.iter().filter(|p| **p == Part::Valid).count(),
                 "test": parts.iter().filter(|p| **p == Part::Test).count(),
+                "gap": parts.iter().filter(|p| **p == Part::Gap).count(),
             },
             "skipped": skipped,
             "max_abs_diff_rust_vs_lightgbm": worst_diff,

@@ -1,5 +1,6 @@
 //! Train / validation / test by time: whole recordings in the order they started, or, for
-//! a single recording, its timeline cut in three.
+//! a single recording, its timeline cut in three with a gap before each cut, so that no
+//! row's label looks into the next part.
 use std::collections::BTreeMap;
 
 use crate::dataset::table::FeatureTable;
@@ -9,10 +10,13 @@ pub enum Part {
     Train,
     Valid,
     Test,
+    /// In none: within the longest label horizon before a cut of a single recording.
+    Gap,
 }
 
-/// The part of every row of `t`, and a one-line description of the split.
-pub fn split(t: &FeatureTable, holdout: f64) -> (Vec<Part>, String) {
+/// The part of every row of `t`, and a one-line description of the split. `gap_s`: the
+/// longest label horizon (a single recording's rows that close to a cut are left out).
+pub fn split(t: &FeatureTable, holdout: f64, gap_s: f64) -> (Vec<Part>, String) {
     let mut start: BTreeMap<&str, f64> = BTreeMap::new();
     for (r, &time) in t.recording.iter().zip(&t.time_unix) {
         let s = start.entry(r.as_str()).or_insert(time);
@@ -57,17 +61,21 @@ pub fn split(t: &FeatureTable, holdout: f64) -> (Vec<Part>, String) {
         .time_unix
         .iter()
         .map(|&x| {
-            if x < v0 {
+            if x < v0 - gap_s {
                 Part::Train
-            } else if x < t0 {
+            } else if x < v0 {
+                Part::Gap
+            } else if x < t0 - gap_s {
                 Part::Valid
+            } else if x < t0 {
+                Part::Gap
             } else {
                 Part::Test
             }
         })
         .collect();
     let desc = format!(
-        "by time ({n} recording(s)): the first {:.0}% train, then {:.0}% validation, the last {:.0}% test",
+        "by time ({n} recording(s)): the first {:.0}% train, then {:.0}% validation, the last {:.0}% test, less {gap_s} s before each cut",
         100.0 * (1.0 - 2.0 * h),
         100.0 * h,
         100.0 * h
@@ -98,7 +106,7 @@ mod tests {
             ("a", 500.0),
             ("a", 501.0),
         ]);
-        let (p, _) = split(&t, 0.2);
+        let (p, _) = split(&t, 0.2, 5.0);
         use Part::*;
         assert_eq!(p, vec![Train, Train, Train, Valid, Test, Test]);
     }
@@ -106,12 +114,20 @@ mod tests {
     #[test]
     fn one_recording_splits_by_time() {
         let t = table(&(0..100).map(|i| ("x", i as f64)).collect::<Vec<_>>());
-        let (p, _) = split(&t, 0.15);
+        let (p, _) = split(&t, 0.15, 0.0);
         assert_eq!(p[0], Part::Train);
         assert_eq!(p[69], Part::Train);
         assert_eq!(p[72], Part::Valid);
         assert_eq!(p[99], Part::Test);
         // Monotone in time: train, then validation, then test.
         assert!(p.windows(2).all(|w| (w[0] as u8) <= (w[1] as u8)));
+        // With a 5 s horizon, the 5 s before each cut (69.3 and 84.15) are in no part.
+        let (p, _) = split(&t, 0.15, 5.0);
+        assert_eq!(p[64], Part::Train);
+        assert!((65..70).all(|i| p[i] == Part::Gap), "{:?}", &p[60..90]);
+        assert_eq!(p[70], Part::Valid);
+        assert_eq!(p[79], Part::Valid);
+        assert!((80..85).all(|i| p[i] == Part::Gap));
+        assert_eq!(p[85], Part::Test);
     }
 }
