@@ -463,11 +463,16 @@ fn gate(
     label: &[bool],
     roc: Option<f64>,
 ) -> Result<Option<String>> {
-    if roc.is_none_or(|r| r < MIN_ROC_AUC) {
-        return Ok(Some(format!(
-            "test ROC-AUC {} is below {MIN_ROC_AUC}",
-            roc.map_or("-".into(), |r| format!("{r:.3}"))
-        )));
+    match roc {
+        None => {
+            return Ok(Some(
+                "the test rows hold one class only: nothing to judge".into(),
+            ))
+        }
+        Some(r) if r < MIN_ROC_AUC => {
+            return Ok(Some(format!("test ROC-AUC {r:.3} is below {MIN_ROC_AUC}")))
+        }
+        Some(_) => {}
     }
     let (_, groups) = eval::bootstrap_groups(t, rows);
     for (name, base) in eval::baseline_scores(t, s, horizon_s, rows)? {
