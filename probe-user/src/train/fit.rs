@@ -367,12 +367,20 @@ fn fit_one(
             }
             let pva: Vec<f64> = sva.iter().map(|&x| entry.probability(x)).collect();
             let pte: Vec<f64> = ste.iter().map(|&x| entry.probability(x)).collect();
-            let thr = metrics::budget_threshold(&pva, &lva, eval::ALARM_BUDGET);
+            let mut thr = metrics::budget_threshold(&pva, &lva, eval::ALARM_BUDGET);
             if !thr.is_finite() {
-                return Ok(Fitted::Skipped(format!(
-                    "gate: no threshold keeps the alarm on at most {:.0}% of calm validation rows",
-                    100.0 * eval::ALARM_BUDGET
-                )));
+                if !args.no_gate {
+                    return Ok(Fitted::Skipped(format!(
+                        "gate: no threshold keeps the alarm on at most {:.0}% of calm validation rows",
+                        100.0 * eval::ALARM_BUDGET
+                    )));
+                }
+                // Ungated: alarm at the highest validation score only.
+                thr = pva
+                    .iter()
+                    .copied()
+                    .filter(|p| p.is_finite())
+                    .fold(0.0, f64::max);
             }
             entry.threshold = Some(thr);
             let c = metrics::Confusion::at(&pte, &lte, thr);
