@@ -49,6 +49,27 @@ const ZSTD_LEVEL: i32 = 19;
 /// original: the job log (labels), the ground truth and the run's settings.
 pub const BESIDE: [&str; 3] = [JOB_LOG, "ground_truth.jsonl", "lab.json"];
 
+/// lab.json without this machine's paths (the binaries the run used): a top-level string
+/// that is an absolute path keeps its file name. Anything that is not a JSON object is kept
+/// as it is.
+fn portable(text: &[u8]) -> Vec<u8> {
+    let Ok(serde_json::Value::Object(mut m)) = serde_json::from_slice(text) else {
+        return text.to_vec();
+    };
+    for v in m.values_mut() {
+        if let Some(p) = v.as_str().filter(|p| p.starts_with('/')) {
+            let name = Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            *v = serde_json::Value::String(name);
+        }
+    }
+    let mut out = serde_json::to_vec_pretty(&m).unwrap_or_else(|_| text.to_vec());
+    out.push(b'\n');
+    out
+}
+
 /// A feature value as stored: rounded to [`MANTISSA_BITS`] bits of mantissa, half up (on
 /// the magnitude), from the f64 in one step, then made an f32 (exact, the value having so
 /// few bits). Null for NaN and infinities, and for values beyond an f32's range (3.4e38,
@@ -304,10 +325,17 @@ pub(super) fn write(
     if let Some(src) = path.parent() {
         for name in BESIDE {
             let from = src.join(name);
-            if from.exists() {
-                beside += std::fs::copy(&from, dir.join(name))
-                    .with_context(|| format!("copying {}", from.display()))?;
+            if !from.exists() {
+                continue;
             }
+            let mut text =
+                std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+            if name == "lab.json" {
+                text = portable(&text);
+            }
+            std::fs::write(dir.join(name), &text)
+                .with_context(|| format!("writing {}", dir.join(name).display()))?;
+            beside += text.len() as u64;
         }
     }
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
@@ -499,7 +527,11 @@ mod tests {
             t += d;
         }
         std::fs::write(dir.join(JOB_LOG), log).unwrap();
-        std::fs::write(dir.join("lab.json"), "{}").unwrap();
+        std::fs::write(
+            dir.join("lab.json"),
+            r#"{"seed": 1, "probe": "/somewhere/target/release/probe"}"#,
+        )
+        .unwrap();
         rec
     }
 
@@ -554,6 +586,10 @@ mod tests {
             !run.join("ground_truth.jsonl").exists(),
             "absent beside the raw run"
         );
+        // The run's settings without this machine's paths.
+        let lab: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run.join("lab.json")).unwrap()).unwrap();
+        assert_eq!(lab, serde_json::json!({"seed": 1, "probe": "probe"}));
         let slim: Vec<Observation> =
             crate::record::reader::read(&run.join("recording.parquet")).unwrap();
         assert_eq!(slim.len(), TICKS * 5, "every kind, the lab's two peers");
