@@ -9,6 +9,8 @@
 //! - `scores` and `labels` (and the time-series slices among themselves) must have the same
 //!   length: a mismatch is a caller bug and panics.
 
+use crate::model::bundle::{logit, sigmoid};
+
 /// The score used for ranking: NaN is the lowest score, and -0.0 is folded into 0.0 so
 /// that `total_cmp` and `==` agree on what a tie is.
 fn key(s: f64) -> f64 {
@@ -245,15 +247,6 @@ pub fn platt(probs: &[f64], labels: &[bool]) -> Option<(f64, f64)> {
         }
     }
     (a.is_finite() && b.is_finite()).then_some((a, b))
-}
-
-pub fn logit(p: f64) -> f64 {
-    let p = p.clamp(1e-12, 1.0 - 1e-12);
-    (p / (1.0 - p)).ln()
-}
-
-pub fn sigmoid(z: f64) -> f64 {
-    1.0 / (1.0 + (-z).exp())
 }
 
 /// One bin of a reliability curve: the mean predicted probability, the observed share of

@@ -62,12 +62,21 @@ pub struct Calibration {
     pub b: f64,
 }
 
+/// The log-odds of a probability, clamped away from 0 and 1 (`probe train` fits the
+/// calibration on the same).
+pub fn logit(p: f64) -> f64 {
+    let r = p.clamp(1e-12, 1.0 - 1e-12);
+    r.ln() - (-r).ln_1p()
+}
+
+pub fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
 impl Calibration {
     /// The calibrated probability of the booster's raw probability `raw`.
     pub fn apply(&self, raw: f64) -> f64 {
-        let r = raw.clamp(1e-12, 1.0 - 1e-12);
-        let logit = r.ln() - (-r).ln_1p();
-        1.0 / (1.0 + (-(self.a * logit + self.b)).exp())
+        sigmoid(self.a * logit(raw) + self.b)
     }
 
     /// Why it cannot serve, if it cannot.
