@@ -134,15 +134,8 @@ fn shortest_mean(schema: &[String], signal: &str) -> Option<usize> {
 
 /// A window's label (`schema::label`: `5s`, `500ms`) back to milliseconds.
 fn window(label: &str) -> Option<u64> {
-    let digits = |s: &str| {
-        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse::<u64>().ok())
-            .flatten()
-    };
-    match label.strip_suffix("ms") {
-        Some(ms) => digits(ms),
-        None => digits(label.strip_suffix('s')?)?.checked_mul(1000),
-    }
+    let d = crate::duration::parse_duration(label).ok()?;
+    u64::try_from(d.as_millis()).ok()
 }
 
 impl Bound {
