@@ -96,20 +96,20 @@ pub struct Config {
     pub rdma: RdmaSettings,
     pub bpf_log: bool,
     /// The feature stage; its `tick` follows `tick`.
-    pub features: crate::features::FeatureConfig,
+    pub features: FeatureConfig,
 }
 
 #[derive(Debug, Clone)]
 pub struct RdmaSettings {
     pub enabled: bool,
-    pub poller: crate::collect::rdma::RdmaConfig,
+    pub poller: RdmaConfig,
 }
 
 impl Default for RdmaSettings {
     fn default() -> Self {
         Self {
             enabled: true,
-            poller: crate::collect::rdma::RdmaConfig::default(),
+            poller: RdmaConfig::default(),
         }
     }
 }
@@ -220,7 +220,7 @@ impl Default for Config {
             model: None,
             rdma: RdmaSettings::default(),
             bpf_log: false,
-            features: crate::features::FeatureConfig::default(),
+            features: FeatureConfig::default(),
         }
     }
 }
@@ -481,6 +481,103 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 pub fn is_pattern(s: &str) -> bool {
     s.contains(['*', '?'])
 }
+
+/// How features are computed. The daemon and `probe features` must use the same values to
+/// compute the same features (the defaults, or the same `[features]` config section).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeatureConfig {
+    /// Window lengths, ascending (defaults 5 s, 30 s, 120 s).
+    pub windows: Vec<Duration>,
+    /// The daemon's tick: sizes the fixed rings (the longest window's worth of ticks).
+    pub tick: Duration,
+    /// How much burst history the iteration period is estimated over.
+    pub period_window: Duration,
+    /// Re-estimate a peer's period every this many of its ticks (an FFT: too dear per tick).
+    pub period_every: u32,
+    /// Burst events kept per peer (the oldest go first).
+    pub events_per_peer: usize,
+    /// Entities tracked at once; more are not featurized (and counted).
+    pub max_entities: usize,
+}
+
+impl Default for FeatureConfig {
+    fn default() -> Self {
+        Self {
+            windows: vec![
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                Duration::from_secs(120),
+            ],
+            tick: Duration::from_secs(1),
+            period_window: Duration::from_secs(16),
+            period_every: 5,
+            events_per_peer: 512,
+            max_entities: 4096,
+        }
+    }
+}
+
+impl FeatureConfig {
+    /// Checks what the rest of the stage relies on; the error names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.windows.is_empty() {
+            return Err("key `features.windows`: give at least one window".into());
+        }
+        if self.windows.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("key `features.windows`: windows must be distinct and ascending".into());
+        }
+        if self.windows[0] < self.tick {
+            return Err(format!(
+                "key `features.windows`: the shortest window ({}) is shorter than the tick ({})",
+                crate::duration::label(self.windows[0]),
+                crate::duration::label(self.tick)
+            ));
+        }
+        if self.max_entities == 0 || self.events_per_peer < 16 || self.period_every == 0 {
+            return Err("key `features`: max_entities, events_per_peer (>= 16) and period_every must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// Ring slots per entity: the longest window in ticks, with room for ticks that come
+    /// early (a late tick followed by an on-time one).
+    pub fn ring_capacity(&self) -> usize {
+        let longest = self
+            .windows
+            .last()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64();
+        let tick = self.tick.as_secs_f64().max(1e-3);
+        ((longest / tick) * 1.25).ceil() as usize + 2
+    }
+
+    pub fn longest(&self) -> f64 {
+        self.windows.last().map_or(0.0, Duration::as_secs_f64)
+    }
+}
+
+/// Where and how often the RDMA poller reads counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaConfig {
+    /// The sysfs class directory holding one entry per RDMA device. Point it at a fixture tree
+    /// (same layout) to test or replay.
+    pub sysfs_root: PathBuf,
+    /// Time between two polls of the dedicated thread ([`spawn`]).
+    pub interval: Duration,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        Self {
+            sysfs_root: PathBuf::from(DEFAULT_SYSFS_ROOT),
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The live system's RDMA class directory.
+pub const DEFAULT_SYSFS_ROOT: &str = "/sys/class/infiniband";
 
 #[cfg(test)]
 mod tests {

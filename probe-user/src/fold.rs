@@ -8,9 +8,9 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::{
+    collect::readings::{BurstSeries, FlowSeries, Histogram, PeerSeries, Readings},
     config::Config,
-    observe, pipeline,
-    snapshot::{BurstSeries, FlowSeries, Histogram, PeerSeries, Snapshot},
+    observe::{self, Observation},
 };
 
 /// A member peer that moved no traffic for this long gives its series up: as long as the
@@ -28,19 +28,16 @@ impl Fold {
     }
 }
 
-impl pipeline::Stage for Fold {
-    fn name(&self) -> &'static str {
-        "fold"
-    }
-
-    fn run(&mut self, snap: &mut Snapshot) {
-        for iface in std::mem::take(&mut snap.removed_interfaces) {
+impl Fold {
+    /// Folds this tick's readings in place, and tells the host's observation how many peers
+    /// were folded.
+    pub fn fold(&mut self, r: &mut Readings, observations: &mut [Observation]) {
+        for iface in std::mem::take(&mut r.removed_interfaces) {
             self.0.forget_interface(&iface);
         }
-        self.0.apply(snap);
-        let folded = i64::try_from(snap.peers_folded).ok();
-        if let Some(h) = snap
-            .observations
+        self.0.apply(r);
+        let folded = i64::try_from(r.peers_folded).ok();
+        if let Some(h) = observations
             .iter_mut()
             .find(|o| o.entity_kind == observe::HOST)
         {
@@ -96,7 +93,7 @@ impl PeerFolder {
         }
     }
 
-    pub fn apply(&mut self, snap: &mut Snapshot) {
+    pub fn apply(&mut self, snap: &mut Readings) {
         self.tick += 1;
         // Activity this tick: bytes moved, plus RTT samples (~ one per acked segment) so that
         // peers seen only by sock_ops rank too.
@@ -261,14 +258,14 @@ mod tests {
         }
     }
 
-    fn snap(flows: Vec<FlowSeries>) -> Snapshot {
-        Snapshot {
+    fn snap(flows: Vec<FlowSeries>) -> Readings {
+        Readings {
             flows,
-            ..Snapshot::default()
+            ..Readings::default()
         }
     }
 
-    fn bytes_of(s: &Snapshot, peer: &str) -> Option<u64> {
+    fn bytes_of(s: &Readings, peer: &str) -> Option<u64> {
         s.flows.iter().find(|f| f.peer == peer).map(|f| f.bytes)
     }
 

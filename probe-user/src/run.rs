@@ -14,7 +14,7 @@ use tokio::{
 
 use crate::{
     bpf::{Loaded, TcAttacher},
-    collect::{assemble::Sources, rdma, rdma::RdmaSnapshot, Collector},
+    collect::{rdma, rdma::RdmaSnapshot, Collector},
     config::Config,
     config::RunArgs,
     export::{
@@ -25,7 +25,7 @@ use crate::{
     },
     host::{iface, privilege},
     model::{self, score::Slot},
-    pipeline::Pipeline,
+    pipeline::{collect::Sources, Pipeline},
     snapshot::{Snapshot, StageTime},
 };
 
@@ -168,9 +168,13 @@ async fn serve(
             }
         }
         let started = Instant::now();
-        let mut snap = match sources.snapshot(cfg, &mut loaded.ebpf, tc).await {
-            Ok(s) => s,
+        let readings = match sources.read(cfg, &mut loaded.ebpf, tc).await {
+            Ok(r) => r,
             Err(e) => break Err(e),
+        };
+        let mut snap = Snapshot {
+            readings,
+            ..Snapshot::default()
         };
         snap.stages.push(StageTime {
             stage: "collect",

@@ -1,75 +1,28 @@
-//! The per-tick snapshot: everything the collectors saw at one tick, in base units, with
-//! counters already monotonic. The exporter, the JSON API and `probe top` read only this.
-use std::{net::IpAddr, sync::Arc};
-
+//! The per-tick snapshot: the collectors' readings and every stage's product, assembled by
+//! the pipeline. The exporter, the JSON API and `probe top` read only this.
 use serde::Serialize;
 
-use crate::collect::{
-    netlink::{LinkStats, QdiscStats},
-    rdma::RdmaSnapshot,
-};
+pub use crate::collect::readings::*;
+use crate::{features::FeatureRow, model::score, observe::Observation};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
-    /// Tick sequence number since the daemon started (1, 2, ...): a gap means a missed tick.
-    pub tick: u64,
-    /// Wall-clock time of the tick (seconds since the Unix epoch).
-    pub time_unix: f64,
-    pub tick_seconds: f64,
-    /// Interfaces with TC programs attached.
-    pub interfaces: Vec<String>,
-    pub flows: Vec<FlowSeries>,
-    pub nonip: Vec<NonIpSeries>,
-    pub peers: Vec<PeerSeries>,
-    /// Ticks since probe last walked the kernel flow map (0: this tick; the walk runs every
-    /// `flow_scan`): `flows_tracked`, `flow_evictions` and `top_flows` are that walk's, and
-    /// `slow_connections` and `conn_evictions` those of the connection map's walk at the same
-    /// tick.
-    pub flow_scan_age_ticks: u64,
-    /// Entries in the kernel flow map.
-    pub flows_tracked: u64,
-    /// Flows the kernel evicted from its full LRU map before probe read them again.
-    pub flow_evictions: u64,
-    /// Open TCP connections the kernel evicted from its full sock_ops connection map.
-    pub conn_evictions: u64,
-    pub programs: Vec<ProgramStats>,
-    pub hooks: Vec<HookStatus>,
-    pub bursts: Vec<BurstSeries>,
-    pub qdiscs: Vec<QdiscSeries>,
-    pub sojourn: Vec<SojournSeries>,
-    pub drops: Vec<DropSeries>,
-    pub links: Vec<LinkSeries>,
-    /// Inserts a full kernel map refused, by map.
-    pub map_full: Vec<MapFull>,
-    /// Peers whose traffic is folded into peer="other" (beyond the top-K).
-    pub peers_folded: u64,
-    pub rdma: Option<Arc<RdmaSnapshot>>,
-    /// The flows that moved the most bytes per tick between the last two walks of the flow
-    /// map, with their burst state.
-    pub top_flows: Vec<FlowDetail>,
-    /// Open TCP connections with the largest smoothed RTT.
-    pub slow_connections: Vec<ConnDetail>,
-    /// The srtt below which sock_ops keeps no per-connection state, set by the walk of the
-    /// connection map: 3/4 of the srtt of the last of a full `slow_connections`, 0 (every
-    /// connection) otherwise.
-    pub slow_connections_floor_seconds: f64,
-    /// Bursts that ended since the previous tick, one event each, in start order.
-    pub burst_events: crate::observe::TickBursts,
-    /// Burst events the kernel could not hand over (ring buffer full), cumulative.
-    pub events_lost: u64,
+    /// What the collectors read (serialized inline: the JSON keeps one flat object).
+    #[serde(flatten)]
+    pub readings: Readings,
     /// This tick's observations of every entity, before the top-K fold.
-    pub observations: Vec<crate::observe::Observation>,
+    pub observations: Vec<Observation>,
     /// This tick's features of every entity (names in docs/features.md).
-    pub features: Vec<crate::features::FeatureRow>,
+    pub features: Vec<FeatureRow>,
     /// Observations of entities the feature stage had no room for (cumulative).
     pub features_untracked: u64,
     /// Entities with feature state, and the bytes that state holds.
     pub features_entities: u64,
     pub features_state_bytes: u64,
     /// The spike model's scores of every scored entity (folded peers included).
-    pub forecasts: Vec<crate::model::score::Forecast>,
+    pub forecasts: Vec<score::Forecast>,
     /// The model that scored them (None: no model loaded).
-    pub model: Option<crate::model::score::ModelInfo>,
+    pub model: Option<score::ModelInfo>,
     /// Entities the model stage scored this tick, and how long it took.
     pub model_entities: u64,
     pub model_seconds: f64,
@@ -77,286 +30,10 @@ pub struct Snapshot {
     pub stages: Vec<StageTime>,
     /// Seconds each stage has taken since the daemon started.
     pub stage_totals: Vec<StageTime>,
-    /// Interfaces that went away this tick (later stages forget their state).
-    #[serde(skip)]
-    pub removed_interfaces: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StageTime {
     pub stage: &'static str,
     pub seconds: f64,
-}
-
-/// One flow (one direction on one interface), from the kernel's per-flow state. JSON only:
-/// per-flow metric series would be unbounded.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct FlowDetail {
-    pub iface: String,
-    pub direction: &'static str,
-    pub proto: u8,
-    pub src: String,
-    pub dst: String,
-    pub sport: u16,
-    pub dport: u16,
-    /// Bytes per tick between the last two walks of the flow map (every `flow_scan`), and
-    /// since the flow was first seen.
-    pub tick_bytes: u64,
-    pub bytes: u64,
-    pub packets: u64,
-    /// Bursts ended so far, the one in progress, the last ended one and the largest.
-    pub bursts: u64,
-    pub burst_bytes: u64,
-    pub last_burst_bytes: u64,
-    pub last_burst_seconds: f64,
-    pub max_burst_bytes: u64,
-}
-
-/// One TCP connection tracked by sock_ops, as its socket last reported it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ConnDetail {
-    pub local: String,
-    pub peer: String,
-    pub local_port: u16,
-    pub peer_port: u16,
-    pub srtt_seconds: f64,
-    pub min_rtt_seconds: f64,
-    pub snd_cwnd: u32,
-    pub packets_in_flight: u32,
-    pub retrans_in_flight: u32,
-    pub total_retrans: u32,
-    pub bytes_acked: u64,
-    pub bytes_received: u64,
-    pub state: u32,
-}
-
-/// Ended bursts of one peer's traffic on one interface in one direction (cumulative).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct BurstSeries {
-    pub iface: String,
-    pub direction: &'static str,
-    pub peer: String,
-    pub count: u64,
-    /// Burst sizes in bytes.
-    pub bytes: Histogram,
-    /// Burst durations in seconds (first to last packet).
-    pub duration: Histogram,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct QdiscSeries {
-    pub iface: String,
-    #[serde(flatten)]
-    pub stats: QdiscStats,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SojournSeries {
-    pub iface: String,
-    /// Time packets spent in the interface's qdiscs, in seconds.
-    pub seconds: Histogram,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct DropSeries {
-    pub reason: String,
-    pub packets: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct LinkSeries {
-    pub iface: String,
-    #[serde(flatten)]
-    pub stats: LinkStats,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct MapFull {
-    pub map: &'static str,
-    pub inserts_refused: u64,
-}
-
-/// Traffic of one peer on one interface in one direction (cumulative).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct FlowSeries {
-    pub iface: String,
-    pub direction: &'static str,
-    pub peer: String,
-    pub bytes: u64,
-    pub packets: u64,
-    pub ce_packets: u64,
-    pub ect_packets: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct NonIpSeries {
-    pub iface: String,
-    pub direction: &'static str,
-    pub bytes: u64,
-    pub packets: u64,
-}
-
-/// TCP view of one peer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct PeerSeries {
-    pub peer: String,
-    /// Smoothed RTT: the largest among the peer's connections that carried data in the last
-    /// tick (else among its open connections). None without open tracked connections.
-    pub srtt_seconds: Option<f64>,
-    /// The smallest windowed minimum RTT among open connections.
-    pub min_rtt_seconds: Option<f64>,
-    /// Open connections sock_ops tracks.
-    pub connections: u32,
-    /// RTT samples, one per round trip per connection (sock_ops RTT callback).
-    pub rtt: Histogram,
-    /// Retransmitted segments (cumulative).
-    pub retransmits: u64,
-}
-
-/// A cumulative histogram: `buckets` holds (upper bound, count of samples <= bound).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Histogram {
-    pub buckets: Vec<(f64, u64)>,
-    pub sum: f64,
-    pub count: u64,
-}
-
-impl Histogram {
-    /// Adds another histogram with the same bounds (used to fold series together).
-    pub fn merge(&mut self, other: &Histogram) {
-        if self.buckets.is_empty() {
-            *self = other.clone();
-            return;
-        }
-        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
-            a.1 += b.1;
-        }
-        self.sum += other.sum;
-        self.count += other.count;
-    }
-
-    /// `self - before`, bucket by bucket: what a cumulative histogram gained since `before`.
-    /// None if `before` is absent, has another shape, or `self` is not a continuation of it
-    /// (the series restarted). The one histogram delta of the daemon: observations, the
-    /// fold and the exporter use it.
-    pub fn increase(&self, before: Option<&Histogram>) -> Option<Histogram> {
-        let b = before?;
-        if b.buckets.len() != self.buckets.len() || self.count < b.count {
-            return None;
-        }
-        let mut buckets = Vec::with_capacity(self.buckets.len());
-        for (n, p) in self.buckets.iter().zip(&b.buckets) {
-            buckets.push((n.0, n.1.checked_sub(p.1)?));
-        }
-        Some(Histogram {
-            buckets,
-            sum: (self.sum - b.sum).max(0.0),
-            count: self.count - b.count,
-        })
-    }
-
-    /// The q-quantile, interpolated linearly inside its bucket (as Prometheus's
-    /// histogram_quantile does). The lower bound of the first bucket is half its upper bound
-    /// (log2 buckets). None without samples.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        if self.count == 0 || self.buckets.is_empty() {
-            return None;
-        }
-        let rank = q.clamp(0.0, 1.0) * self.count as f64;
-        let mut prev_cum = 0u64;
-        for (i, &(upper, cum)) in self.buckets.iter().enumerate() {
-            if cum > prev_cum && cum as f64 >= rank {
-                let lower = if i == 0 {
-                    upper / 2.0
-                } else {
-                    self.buckets[i - 1].0
-                };
-                let frac = ((rank - prev_cum as f64) / (cum - prev_cum) as f64).clamp(0.0, 1.0);
-                return Some(lower + (upper - lower) * frac);
-            }
-            prev_cum = cum;
-        }
-        // Samples above the last bound: the best known is that bound.
-        self.buckets.last().map(|b| b.0)
-    }
-
-    /// From log2 buckets of a value in `unit` (e.g. 1e-6 for microseconds): bucket i holds
-    /// values in [2^i, 2^(i+1)), so its upper bound is 2^(i+1) units.
-    pub fn from_log2(buckets: &[u64], sum_units: u64, unit: f64) -> Self {
-        let mut cumulative = 0;
-        let mut out = Vec::with_capacity(buckets.len());
-        for (i, n) in buckets.iter().enumerate() {
-            cumulative += n;
-            out.push(((1u64 << (i + 1)) as f64 * unit, cumulative));
-        }
-        Self {
-            buckets: out,
-            sum: sum_units as f64 * unit,
-            count: cumulative,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ProgramStats {
-    pub program: String,
-    pub run_seconds: f64,
-    pub runs: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct HookStatus {
-    pub hook: &'static str,
-    pub attached: bool,
-}
-
-/// The label form of an address: IPv4-mapped IPv6 shows as plain IPv4, so a dual-stack
-/// socket and a TC-parsed IPv4 packet name the same peer.
-pub fn peer_label(addr: IpAddr) -> String {
-    addr.to_canonical().to_string()
-}
-
-/// An address from the ABI's 16-byte form.
-pub fn ip_from_abi(family: u8, addr: &probe_ebpf::Addr) -> Option<IpAddr> {
-    let bytes = &probe_ebpf::addr_bytes(addr);
-    match family {
-        probe_ebpf::AF_INET => Some(IpAddr::from([bytes[0], bytes[1], bytes[2], bytes[3]])),
-        probe_ebpf::AF_INET6 => Some(IpAddr::from(*bytes).to_canonical()),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn log2_histogram_is_cumulative_with_exponential_bounds() {
-        let mut b = [0u64; 4];
-        b[0] = 1; // [1, 2) us
-        b[3] = 2; // [8, 16) us
-        let h = Histogram::from_log2(&b, 25, 1e-6);
-        assert_eq!(h.count, 3);
-        assert_eq!(h.buckets[0], (2e-6, 1));
-        assert_eq!(h.buckets[2], (8e-6, 1));
-        assert_eq!(h.buckets[3], (16e-6, 3));
-        assert!((h.sum - 25e-6).abs() < 1e-12);
-    }
-
-    #[test]
-    fn mapped_addresses_fold_to_ipv4() {
-        let word = |b: [u8; 4]| u32::from_ne_bytes(b);
-        let mapped = [0, 0, word([0, 0, 0xff, 0xff]), word([10, 0, 0, 1])];
-        assert_eq!(
-            ip_from_abi(probe_ebpf::AF_INET6, &mapped)
-                .unwrap()
-                .to_string(),
-            "10.0.0.1"
-        );
-        let v4 = [word([192, 0, 2, 7]), 0, 0, 0];
-        assert_eq!(
-            ip_from_abi(probe_ebpf::AF_INET, &v4).unwrap().to_string(),
-            "192.0.2.7"
-        );
-    }
 }

@@ -36,10 +36,8 @@ use super::{
     burst_records::{BurstRecords, Row},
     burst_ring::BurstRing,
     direction_label,
-};
-use crate::{
-    observe::{BurstLabel, TickBurst, TickBursts},
-    snapshot::{ip_from_abi, peer_label},
+    readings::{ip_from_abi, peer_label},
+    tick_bursts::{BurstLabel, TickBurst, TickBursts},
 };
 
 /// How often the drain thread empties the ring between ticks.

@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use aya::maps::{HashMap, MapData};
 use probe_ebpf::{BurstHist, BurstKey, LOG2_BUCKETS};
 
+use super::readings::{ip_from_abi, Histogram};
 use super::{batch::MapReader, burst_records::BurstRecords, delta::DeltaTotals};
-use crate::snapshot::{ip_from_abi, Histogram};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BurstSeriesKey {

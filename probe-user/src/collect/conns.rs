@@ -18,8 +18,8 @@ use aya::maps::{Array, HashMap, MapData};
 use probe_ebpf::{ConnKey, ConnStats, TCP_CLOSE};
 use rustc_hash::FxHashSet;
 
+use super::readings::{ip_from_abi, peer_label, ConnDetail};
 use super::{batch::MapReader, top::TopN};
-use crate::snapshot::{ip_from_abi, peer_label, ConnDetail};
 
 /// Connections reported in the snapshot's slow_connections.
 const TOP_CONNECTIONS: usize = 32;

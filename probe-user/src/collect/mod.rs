@@ -1,6 +1,5 @@
 //! Collectors: each reads one part of the kernel's state once per tick. `Collector::tick`
 //! runs them all and assembles the snapshot.
-pub mod assemble;
 pub mod batch;
 pub mod burst_events;
 pub mod burst_records;
@@ -13,9 +12,11 @@ pub mod flows;
 pub mod netlink;
 pub mod progstats;
 pub mod rdma;
+pub mod readings;
 pub mod series;
 pub mod sojourn;
 pub mod tcp;
+pub mod tick_bursts;
 pub mod top;
 
 use std::{collections::HashMap, time::Duration};
@@ -28,9 +29,9 @@ use aya::{
 use probe_ebpf::{errors, names, DIR_EGRESS};
 
 use self::burst_ring::BurstRing;
-use crate::snapshot::{
+use self::readings::{
     ip_from_abi, peer_label, BurstSeries, DropSeries, FlowDetail, FlowSeries, MapFull, NonIpSeries,
-    Snapshot, SojournSeries,
+    Readings, SojournSeries,
 };
 
 /// Flows idle this long are removed from the kernel map after their last count is read.
@@ -162,8 +163,8 @@ impl Collector {
 
     /// One pass over the maps. `ifnames` names the interfaces by index; traffic of an
     /// interface not in it (detached this tick) is left out.
-    pub fn tick(&mut self, ifnames: &HashMap<u32, String>) -> Snapshot {
-        let mut snap = Snapshot::default();
+    pub fn tick(&mut self, ifnames: &HashMap<u32, String>) -> Readings {
+        let mut snap = Readings::default();
         for (k, t) in self.series.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;

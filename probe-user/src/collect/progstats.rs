@@ -7,7 +7,7 @@ use aya::{
 };
 use probe_ebpf::errors;
 
-use crate::snapshot::ProgramStats;
+use super::readings::ProgramStats;
 
 pub fn read(ebpf: &Ebpf) -> Vec<ProgramStats> {
     let mut out: Vec<ProgramStats> = ebpf

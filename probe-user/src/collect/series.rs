@@ -16,8 +16,8 @@ use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
 use probe_ebpf::{BurstKey, SeriesSlot, SeriesStats};
 use rustc_hash::FxHashMap;
 
+use super::readings::ip_from_abi;
 use super::{batch::MapReader, delta::LastSeen};
-use crate::snapshot::ip_from_abi;
 
 /// One exported series: traffic to/from one peer on one interface in one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

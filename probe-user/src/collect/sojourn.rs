@@ -3,7 +3,7 @@ use aya::maps::{HashMap, MapData};
 use probe_ebpf::NsHist;
 
 use super::delta::DeltaTotals;
-use crate::snapshot::Histogram;
+use super::readings::Histogram;
 
 pub struct SojournCollector {
     map: HashMap<MapData, u32, NsHist>,

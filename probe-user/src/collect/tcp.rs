@@ -13,8 +13,8 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
 use probe_ebpf::{PeerKey, PeerSlot, PeerTcp, LOG2_BUCKETS};
 use rustc_hash::FxHashMap;
 
+use super::readings::{ip_from_abi, peer_label, Histogram, PeerSeries};
 use super::{batch::MapReader, delta::DeltaTotals};
-use crate::snapshot::{ip_from_abi, peer_label, Histogram, PeerSeries};
 
 const COUNT: usize = LOG2_BUCKETS;
 const SUM_US: usize = LOG2_BUCKETS + 1;

@@ -5,6 +5,7 @@
 //! without its burst events but with stored features beside it (a compact run, `store`)
 //! takes its features from those.
 pub mod labels;
+pub mod spec;
 pub mod store;
 pub mod table;
 

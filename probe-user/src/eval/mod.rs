@@ -17,13 +17,13 @@ use serde::Serialize;
 use crate::{
     dataset::{
         labels::{self, Event},
+        spec::{self, Spec},
         table::FeatureTable,
     },
     model::{
         bundle::{Bundle, Entry, Task},
         lgbm::Booster,
     },
-    train::spec::{self, Spec},
 };
 
 #[derive(clap::Args, Debug, Clone)]

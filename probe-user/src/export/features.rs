@@ -34,10 +34,11 @@ pub const FEATURE_GAUGES: &[(&str, &str, &str)] = &[
 
 /// Peers with their own series after the top-K fold.
 pub fn members(s: &Snapshot) -> HashSet<&str> {
-    s.peers
+    s.readings
+        .peers
         .iter()
         .map(|p| p.peer.as_str())
-        .chain(s.flows.iter().map(|f| f.peer.as_str()))
+        .chain(s.readings.flows.iter().map(|f| f.peer.as_str()))
         .filter(|p| *p != OTHER)
         .collect()
 }

@@ -58,25 +58,25 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_flow_bytes",
         "Bytes to/from a peer on an interface, wire-equivalent (GSO segments with their headers), from TC",
-        s.flows.iter().map(|f| (flow(f), f.bytes)),
+        s.readings.flows.iter().map(|f| (flow(f), f.bytes)),
     )?;
     counter(
         enc,
         "probe_flow_packets",
         "Packets to/from a peer on an interface (GSO super-packets count as their segments), from TC",
-        s.flows.iter().map(|f| (flow(f), f.packets)),
+        s.readings.flows.iter().map(|f| (flow(f), f.packets)),
     )?;
     counter(
         enc,
         "probe_ecn_ce_packets",
         "Packets marked ECN Congestion Experienced",
-        s.flows.iter().map(|f| (flow(f), f.ce_packets)),
+        s.readings.flows.iter().map(|f| (flow(f), f.ce_packets)),
     )?;
     counter(
         enc,
         "probe_ecn_capable_packets",
         "ECN-capable packets (ECT(0), ECT(1) or CE)",
-        s.flows.iter().map(|f| (flow(f), f.ect_packets)),
+        s.readings.flows.iter().map(|f| (flow(f), f.ect_packets)),
     )?;
     let nonip =
         |n: &crate::snapshot::NonIpSeries| l(&[("iface", &n.iface), ("direction", n.direction)]);
@@ -84,13 +84,13 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_nonip_bytes",
         "Bytes of non-IP traffic (ARP, LLDP, ...) on an interface",
-        s.nonip.iter().map(|n| (nonip(n), n.bytes)),
+        s.readings.nonip.iter().map(|n| (nonip(n), n.bytes)),
     )?;
     counter(
         enc,
         "probe_nonip_packets",
         "Packets of non-IP traffic on an interface",
-        s.nonip.iter().map(|n| (nonip(n), n.packets)),
+        s.readings.nonip.iter().map(|n| (nonip(n), n.packets)),
     )?;
 
     let peer = |p: &crate::snapshot::PeerSeries| l(&[("peer", &p.peer)]);
@@ -98,7 +98,8 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_tcp_srtt_seconds",
         "Smoothed RTT to a peer: the largest among its connections active in the last tick",
-        s.peers
+        s.readings
+            .peers
             .iter()
             .filter_map(|p| p.srtt_seconds.map(|v| (peer(p), v))),
     )?;
@@ -106,7 +107,8 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_tcp_min_rtt_seconds",
         "Smallest windowed minimum RTT among a peer's open connections",
-        s.peers
+        s.readings
+            .peers
             .iter()
             .filter_map(|p| p.min_rtt_seconds.map(|v| (peer(p), v))),
     )?;
@@ -114,50 +116,54 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_tcp_connections",
         "Open TCP connections to a peer tracked by sock_ops",
-        s.peers.iter().map(|p| (peer(p), p.connections as f64)),
+        s.readings
+            .peers
+            .iter()
+            .map(|p| (peer(p), p.connections as f64)),
     )?;
     histogram_family(
         enc,
         "probe_tcp_rtt_seconds",
         "RTT samples to a peer, one per round trip per connection (log2 buckets)",
-        s.peers.iter().map(|p| (peer(p), &p.rtt)),
+        s.readings.peers.iter().map(|p| (peer(p), &p.rtt)),
     )?;
     counter(
         enc,
         "probe_tcp_retransmits",
         "Retransmitted TCP segments to a peer, all sockets",
-        s.peers.iter().map(|p| (peer(p), p.retransmits)),
+        s.readings.peers.iter().map(|p| (peer(p), p.retransmits)),
     )?;
 
     gauge(
         enc,
         "probe_flows_tracked",
         "Flow entries in the kernel map",
-        [(vec![], s.flows_tracked as f64)],
+        [(vec![], s.readings.flows_tracked as f64)],
     )?;
     counter(
         enc,
         "probe_flow_evictions",
         "Flows evicted from the full kernel map before their last counts were read",
-        [(vec![], s.flow_evictions)],
+        [(vec![], s.readings.flow_evictions)],
     )?;
     counter(
         enc,
         "probe_tcp_connection_evictions",
         "Open TCP connections evicted from the full kernel connection map (raise maps.conns)",
-        [(vec![], s.conn_evictions)],
+        [(vec![], s.readings.conn_evictions)],
     )?;
     counter(
         enc,
         "probe_events_lost",
         "Burst events lost: the kernel's ring buffer was full, or a tick's cap was exceeded",
-        [(vec![], s.events_lost)],
+        [(vec![], s.readings.events_lost)],
     )?;
     counter(
         enc,
         "probe_bpf_run_seconds",
         "Time the kernel spent running a probe program (kernel BPF run-time statistics)",
-        s.programs
+        s.readings
+            .programs
             .iter()
             .map(|p| (l(&[("program", &p.program)]), p.run_seconds)),
     )?;
@@ -165,7 +171,8 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_bpf_runs",
         "Times the kernel ran a probe program",
-        s.programs
+        s.readings
+            .programs
             .iter()
             .map(|p| (l(&[("program", &p.program)]), p.runs)),
     )?;
@@ -178,7 +185,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_map_full",
         "Inserts a full kernel map refused (the LRU flow map evicts instead; see probe_flow_evictions_total)",
-        s.map_full
+        s.readings.map_full
             .iter()
             .map(|m| (l(&[("map", m.map)]), m.inserts_refused)),
     )?;
@@ -186,16 +193,17 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         enc,
         "probe_peers_folded",
         "Peers beyond the top-K whose traffic is reported as peer=\"other\"",
-        [(vec![], s.peers_folded as f64)],
+        [(vec![], s.readings.peers_folded as f64)],
     )?;
-    if let Some(r) = &s.rdma {
+    if let Some(r) = &s.readings.rdma {
         crate::collect::rdma::encode_metrics(r, enc)?;
     }
     gauge(
         enc,
         "probe_hook_attached",
         "1 when a kernel hook is attached, 0 when the kernel refused it (see the log)",
-        s.hooks
+        s.readings
+            .hooks
             .iter()
             .map(|h| (l(&[("hook", h.hook)]), if h.attached { 1.0 } else { 0.0 })),
     )?;
@@ -250,19 +258,19 @@ fn encode_bursts(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result 
         enc,
         "probe_bursts",
         "Bursts of a peer's traffic that ended (an idle gap longer than --burst-gap followed)",
-        s.bursts.iter().map(|x| (b(x), x.count)),
+        s.readings.bursts.iter().map(|x| (b(x), x.count)),
     )?;
     histogram_family(
         enc,
         "probe_burst_bytes",
         "Sizes of ended bursts in bytes (log2 buckets)",
-        s.bursts.iter().map(|x| (b(x), &x.bytes)),
+        s.readings.bursts.iter().map(|x| (b(x), &x.bytes)),
     )?;
     histogram_family(
         enc,
         "probe_burst_duration_seconds",
         "Durations of ended bursts, first to last packet (log2 buckets)",
-        s.bursts.iter().map(|x| (b(x), &x.duration)),
+        s.readings.bursts.iter().map(|x| (b(x), &x.duration)),
     )
 }
 
@@ -279,7 +287,8 @@ fn encode_queues(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result 
         enc,
         "probe_qdisc_backlog_packets",
         "Packets queued in a qdisc (netlink qdisc stats)",
-        s.qdiscs
+        s.readings
+            .qdiscs
             .iter()
             .map(|x| (q(x), x.stats.backlog_packets as f64)),
     )?;
@@ -287,7 +296,8 @@ fn encode_queues(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result 
         enc,
         "probe_qdisc_backlog_bytes",
         "Bytes queued in a qdisc (netlink qdisc stats)",
-        s.qdiscs
+        s.readings
+            .qdiscs
             .iter()
             .map(|x| (q(x), x.stats.backlog_bytes as f64)),
     )?;
@@ -295,25 +305,26 @@ fn encode_queues(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result 
         enc,
         "probe_qdisc_drops",
         "Packets a qdisc dropped",
-        s.qdiscs.iter().map(|x| (q(x), x.stats.drops)),
+        s.readings.qdiscs.iter().map(|x| (q(x), x.stats.drops)),
     )?;
     counter(
         enc,
         "probe_qdisc_overlimits",
         "Times a qdisc was over its limit (throttled or dropped)",
-        s.qdiscs.iter().map(|x| (q(x), x.stats.overlimits)),
+        s.readings.qdiscs.iter().map(|x| (q(x), x.stats.overlimits)),
     )?;
     counter(
         enc,
         "probe_qdisc_requeues",
         "Packets a qdisc requeued",
-        s.qdiscs.iter().map(|x| (q(x), x.stats.requeues)),
+        s.readings.qdiscs.iter().map(|x| (q(x), x.stats.requeues)),
     )?;
     histogram_family(
         enc,
         "probe_qdisc_sojourn_seconds",
         "Time packets spent in an interface's root qdisc, enqueue to dequeue (log2 buckets)",
-        s.sojourn
+        s.readings
+            .sojourn
             .iter()
             .map(|x| (l(&[("iface", &x.iface)]), &x.seconds)),
     )?;
@@ -321,7 +332,8 @@ fn encode_queues(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result 
         enc,
         "probe_drops",
         "Packets the kernel dropped, by the kernel's drop reason (skb:kfree_skb, whole host)",
-        s.drops
+        s.readings
+            .drops
             .iter()
             .map(|d| (l(&[("reason", &d.reason)]), d.packets)),
     )
@@ -376,7 +388,8 @@ fn encode_interfaces(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Res
             enc,
             name,
             help,
-            s.links
+            s.readings
+                .links
                 .iter()
                 .map(|x| (l(&[("iface", &x.iface)]), f(&x.stats))),
         )?;
@@ -396,26 +409,29 @@ pub fn render(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{FlowSeries, Histogram, PeerSeries};
+    use crate::snapshot::{FlowSeries, Histogram, PeerSeries, Readings};
 
     #[test]
     fn names_units_and_labels() {
         let snap = Snapshot {
-            flows: vec![FlowSeries {
-                iface: "eth0".into(),
-                direction: "egress",
-                peer: "10.0.0.2".into(),
-                bytes: 1500,
-                packets: 1,
-                ..FlowSeries::default()
-            }],
-            peers: vec![PeerSeries {
-                peer: "10.0.0.2".into(),
-                srtt_seconds: Some(0.002),
-                rtt: Histogram::from_log2(&[2, 3, 0, 1], 10, 1e-6),
-                retransmits: 7,
-                ..PeerSeries::default()
-            }],
+            readings: Readings {
+                flows: vec![FlowSeries {
+                    iface: "eth0".into(),
+                    direction: "egress",
+                    peer: "10.0.0.2".into(),
+                    bytes: 1500,
+                    packets: 1,
+                    ..FlowSeries::default()
+                }],
+                peers: vec![PeerSeries {
+                    peer: "10.0.0.2".into(),
+                    srtt_seconds: Some(0.002),
+                    rtt: Histogram::from_log2(&[2, 3, 0, 1], 10, 1e-6),
+                    retransmits: 7,
+                    ..PeerSeries::default()
+                }],
+                ..Readings::default()
+            },
             ..Snapshot::default()
         };
         let text = render(&registry(Arc::new(RwLock::new(Arc::new(snap)))));

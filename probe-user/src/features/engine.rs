@@ -9,10 +9,10 @@ use rustc_hash::FxHashMap;
 use super::{
     bursts::{Burst, Bursts},
     period::{Period, PeriodFinder},
+    row::FeatureRow,
     schema::{per_signal, FeatureConfig, Schema, BURST_STATS},
     signals,
     window::{signal_features, Ewma, Ring},
-    FeatureRow,
 };
 use crate::{
     observe::{self as o, Observation, TickBursts},

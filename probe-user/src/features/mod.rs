@@ -3,65 +3,21 @@
 //! (offline, replaying a recording), so a model sees in training what it sees in service.
 //!
 //! `signals` says what is windowed per entity kind, `schema` names the features, `window`,
-//! `bursts` and `period` compute them, `engine` keeps the per-entity state.
+//! `bursts` and `period` compute them, `engine` keeps the per-entity state and `row` is
+//! what it hands on.
 pub mod bursts;
 mod engine;
 pub mod period;
+mod row;
 pub mod schema;
 mod signals;
 mod window;
 
-use std::sync::Arc;
-
-use serde::{ser::SerializeMap as _, Serialize, Serializer};
-
 pub use engine::Engine;
+pub use row::FeatureRow;
 pub use schema::{FeatureConfig, Schema};
 
-use crate::{pipeline, snapshot::Snapshot};
-
-/// One entity's feature values at one tick, in its kind's schema order. NaN is a feature
-/// not known this tick; the JSON form leaves it out.
-#[derive(Clone, Debug)]
-pub struct FeatureRow {
-    pub time_unix: f64,
-    pub entity_kind: &'static str,
-    pub entity: String,
-    pub schema: Arc<Schema>,
-    pub values: Vec<f64>,
-}
-
-impl FeatureRow {
-    pub fn get(&self, name: &str) -> Option<f64> {
-        let v = *self.values.get(self.schema.index(name)?)?;
-        (!v.is_nan()).then_some(v)
-    }
-}
-
-/// `{"time_unix", "entity_kind", "entity", "values": {name: value}}` (docs/api.md).
-impl Serialize for FeatureRow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Values<'a>(&'a FeatureRow);
-        impl Serialize for Values<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let known = self.0.values.iter().filter(|v| v.is_finite()).count();
-                let mut m = s.serialize_map(Some(known))?;
-                for (name, v) in self.0.schema.names.iter().zip(&self.0.values) {
-                    if v.is_finite() {
-                        m.serialize_entry(name, v)?;
-                    }
-                }
-                m.end()
-            }
-        }
-        let mut m = s.serialize_map(Some(4))?;
-        m.serialize_entry("time_unix", &self.time_unix)?;
-        m.serialize_entry("entity_kind", self.entity_kind)?;
-        m.serialize_entry("entity", &self.entity)?;
-        m.serialize_entry("values", &Values(self))?;
-        m.end()
-    }
-}
+use crate::observe::{Observation, TickBursts};
 
 /// The features stage of the daemon.
 pub struct Features {
@@ -76,23 +32,37 @@ impl Features {
     }
 }
 
-impl pipeline::Stage for Features {
-    fn name(&self) -> &'static str {
-        "features"
-    }
+/// What the feature stage made of one tick.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// This tick's features of every tracked entity.
+    pub rows: Vec<FeatureRow>,
+    /// Observations of entities the stage had no room for (cumulative).
+    pub untracked: u64,
+    /// Entities with feature state, and the bytes that state holds.
+    pub entities: u64,
+    pub state_bytes: u64,
+}
 
-    fn run(&mut self, snap: &mut Snapshot) {
-        // A tick without observations (the first) is not recorded either: skipping it
-        // keeps the live features and a replay of the recording the same.
-        if snap.observations.is_empty() {
-            return;
+impl Features {
+    /// The features of one tick; None for a tick without observations (the first), which
+    /// is not recorded either: skipping it keeps the live features and a replay the same.
+    pub fn tick(
+        &mut self,
+        time_unix: f64,
+        observations: &[Observation],
+        bursts: &TickBursts,
+    ) -> Option<Output> {
+        if observations.is_empty() {
+            return None;
         }
-        snap.features = self
-            .engine
-            .tick(snap.time_unix, &snap.observations, &snap.burst_events);
-        snap.features_untracked = self.engine.untracked;
-        snap.features_entities = self.engine.entities() as u64;
-        snap.features_state_bytes = self.engine.state_bytes() as u64;
+        let rows = self.engine.tick(time_unix, observations, bursts);
+        Some(Output {
+            rows,
+            untracked: self.engine.untracked,
+            entities: self.engine.entities() as u64,
+            state_bytes: self.engine.state_bytes() as u64,
+        })
     }
 }
 

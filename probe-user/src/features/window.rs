@@ -2,7 +2,6 @@
 //! last ticks (time and one value per signal, NaN where a value was not known) and an EWMA
 //! per signal and window. Every window's statistics come from one pass over the ring,
 //! newest first, so all windows cost about what the longest one does.
-use super::schema::WINDOW_STATS;
 
 /// The last `cap` ticks of one entity. Never grows after it is made. Values are stored
 /// signal by signal, so one signal's walk over the ring reads contiguous memory.
@@ -192,6 +191,25 @@ impl Acc {
         (self.n * self.sxy - self.sx * self.sy) / d
     }
 }
+
+/// Statistics of one signal over one window, in layout order.
+pub const WINDOW_STATS: &[(&str, &str)] = &[
+    ("mean", "mean of the tick values in the window"),
+    (
+        "std",
+        "standard deviation (population) of the tick values in the window",
+    ),
+    ("min", "smallest tick value in the window"),
+    ("max", "largest tick value in the window"),
+    (
+        "slope",
+        "least-squares slope of the tick values against time in the window, per second",
+    ),
+    (
+        "ewma",
+        "exponentially weighted moving average with the window as time constant",
+    ),
+];
 
 /// Writes signal `s`'s features at time `now` into `out` (length `HEAD + 6 * windows`):
 /// last, z, rel, then per window mean, std, min, max, slope, ewma. NaN marks a feature not known.

@@ -14,8 +14,6 @@ use super::bundle::{base_now, Bundle, Task};
 use crate::{
     features::FeatureRow,
     observe::{INTERFACE, PEER},
-    pipeline,
-    snapshot::Snapshot,
 };
 
 /// One score of one entity: a spike probability, or a forecast.
@@ -284,25 +282,34 @@ impl Model {
     }
 }
 
-impl pipeline::Stage for Model {
-    fn name(&self) -> &'static str {
-        "model"
-    }
+/// What the model stage made of one tick.
+#[derive(Debug)]
+pub struct Scores {
+    /// The scores of every scored entity.
+    pub forecasts: Vec<Forecast>,
+    /// The model that scored them.
+    pub model: ModelInfo,
+    /// Entities scored, and how long it took.
+    pub entities: u64,
+    pub seconds: f64,
+}
 
-    fn run(&mut self, snap: &mut Snapshot) {
-        let Some(bound) = self.slot.lock().ok().and_then(|g| g.clone()) else {
-            return;
-        };
+impl Model {
+    /// Scores this tick's feature rows; None while no model is loaded.
+    pub fn score(&mut self, rows: &[FeatureRow]) -> Option<Scores> {
+        let bound = self.slot.lock().ok().and_then(|g| g.clone())?;
         let t = Instant::now();
-        let mut out = Vec::new();
-        let mut scored = 0;
-        for row in &snap.features {
-            scored += u64::from(bound.score(row, &mut self.scratch, &mut out));
+        let mut forecasts = Vec::new();
+        let mut entities = 0;
+        for row in rows {
+            entities += u64::from(bound.score(row, &mut self.scratch, &mut forecasts));
         }
-        snap.model_entities = scored;
-        snap.model_seconds = t.elapsed().as_secs_f64();
-        snap.model = Some(bound.info());
-        snap.forecasts = out;
+        Some(Scores {
+            forecasts,
+            model: bound.info(),
+            entities,
+            seconds: t.elapsed().as_secs_f64(),
+        })
     }
 }
 

@@ -8,10 +8,10 @@
 //! spike).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{self as c, Observation as Row};
-use crate::{
-    collect::rdma::keys,
-    snapshot::{QdiscSeries, Snapshot},
+use super::observation::{self as c, Observation as Row};
+use crate::collect::{
+    rdma::keys,
+    readings::{QdiscSeries, Readings},
 };
 
 /// A sum of counter increases; None until one is known.
@@ -51,7 +51,7 @@ fn add_opt(acc: &mut Option<f64>, v: f64) {
 }
 
 /// The rows of the tick `now`, given the snapshot before it. `now.time_unix` must be later.
-pub fn derive(prev: &Snapshot, now: &Snapshot) -> Vec<Row> {
+pub fn derive(prev: &Readings, now: &Readings) -> Vec<Row> {
     let dt = now.time_unix - prev.time_unix;
     let base = |kind: &'static str, entity: &str| Row {
         time_unix: now.time_unix,
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn rates_counts_and_gauges_of_one_tick() {
-        let prev = Snapshot {
+        let prev = Readings {
             time_unix: 100.0,
             flows: vec![
                 flow("egress", "10.0.0.2", 1_000_000),
@@ -390,7 +390,7 @@ mod tests {
                 reason: "NO_SOCKET".into(),
                 packets: 7,
             }],
-            ..Snapshot::default()
+            ..Readings::default()
         };
         let mut now = prev.clone();
         now.time_unix = 102.0;
@@ -463,15 +463,15 @@ mod tests {
 
     #[test]
     fn a_counter_that_went_down_is_unknown_not_negative() {
-        let prev = Snapshot {
+        let prev = Readings {
             time_unix: 1.0,
             flows: vec![flow("egress", "a", 5000)],
-            ..Snapshot::default()
+            ..Readings::default()
         };
-        let now = Snapshot {
+        let now = Readings {
             time_unix: 2.0,
             flows: vec![flow("egress", "a", 100)],
-            ..Snapshot::default()
+            ..Readings::default()
         };
         let rows = derive(&prev, &now);
         assert_eq!(find(&rows, c::PEER, "a").tx_bytes_per_s, None);

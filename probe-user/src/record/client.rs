@@ -61,11 +61,14 @@ mod tests {
             tick_unix: 1_700_000_000.5,
         };
         let snap = d::Snapshot {
-            tick: 7,
-            time_unix: 1_700_000_000.5,
-            tick_seconds: 1.0,
+            readings: d::Readings {
+                tick: 7,
+                time_unix: 1_700_000_000.5,
+                tick_seconds: 1.0,
+                burst_events: crate::observe::TickBursts::from_events(std::slice::from_ref(&ev)),
+                ..d::Readings::default()
+            },
             observations: vec![obs.clone()],
-            burst_events: crate::observe::TickBursts::from_events(std::slice::from_ref(&ev)),
             ..d::Snapshot::default()
         };
         let json = serde_json::to_vec(&snap).unwrap();

@@ -8,11 +8,11 @@ use lightgbm3::{Booster as Lgbm, Dataset};
 use serde_json::json;
 
 use super::{
-    spec::{self, Spec, SPECS},
     split::{split, Part},
     TrainArgs,
 };
 use crate::{
+    dataset::spec::{self, Spec, SPECS},
     dataset::table::FeatureTable,
     eval::{self, metrics},
     features::{schema::Schema, FeatureConfig},

@@ -7,7 +7,6 @@
 //! scores exactly as LightGBM). A single recording is split by time instead.
 #[cfg(feature = "train")]
 mod fit;
-pub mod spec;
 pub mod split;
 
 use std::path::PathBuf;

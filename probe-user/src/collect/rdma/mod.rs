@@ -27,8 +27,6 @@ pub mod verbs;
 mod fixtures;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -40,27 +38,7 @@ pub use export::encode_metrics;
 #[allow(unused_imports)]
 pub use poller::{spawn, RdmaPoller};
 
-/// Where and how often the RDMA poller reads counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RdmaConfig {
-    /// The sysfs class directory holding one entry per RDMA device. Point it at a fixture tree
-    /// (same layout) to test or replay.
-    pub sysfs_root: PathBuf,
-    /// Time between two polls of the dedicated thread ([`spawn`]).
-    pub interval: Duration,
-}
-
-impl Default for RdmaConfig {
-    fn default() -> Self {
-        Self {
-            sysfs_root: PathBuf::from(DEFAULT_SYSFS_ROOT),
-            interval: Duration::from_secs(1),
-        }
-    }
-}
-
-/// The live system's RDMA class directory.
-pub const DEFAULT_SYSFS_ROOT: &str = "/sys/class/infiniband";
+pub use crate::config::{RdmaConfig, DEFAULT_SYSFS_ROOT};
 
 /// Everything one poll saw.
 #[derive(Debug, Clone, Default, Serialize)]

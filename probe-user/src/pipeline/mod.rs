@@ -1,18 +1,24 @@
-//! The stages of a tick, in the order they run over one per-tick snapshot, after the collect
-//! stage (`collect::assemble`, async because it talks to the kernel) has produced it:
+//! The stages of a tick, in the order they run: collect (`collect`, async because it talks
+//! to the kernel) reads every source, then
 //!
 //! observe -> features -> model -> fold
 //!
-//! Export reads the result. Adding a stage: a module with one `impl Stage` and one line in
-//! [`Pipeline::new`].
+//! each take what they need from the tick's snapshot and put their product into it (the
+//! adapters in `stages`); export reads the result. Adding a stage: a type with a method that
+//! returns its product, one `impl Stage` in `stages.rs` and one line in [`Pipeline::new`].
+pub mod collect;
+mod stages;
+
 use std::time::Instant;
 
 use crate::{
-    config::Config, features, fold, model, observe, snapshot::Snapshot, snapshot::StageTime,
+    config::Config,
+    features, fold, model, observe,
+    snapshot::{Snapshot, StageTime},
 };
 
-/// One stage: reads and extends the tick's snapshot. Stages keep their own state between
-/// ticks; none reaches back into an earlier one.
+/// One stage: reads the tick's snapshot and adds its product. Stages keep their own state
+/// between ticks; none reaches back into an earlier one.
 pub trait Stage: Send {
     fn name(&self) -> &'static str;
     fn run(&mut self, snap: &mut Snapshot);

@@ -1,4 +1,4 @@
-//! The collect stage: one complete snapshot per tick. Scans interfaces (attaching to new
+//! The collect stage: one complete set of readings per tick. Scans interfaces (attaching to new
 //! ones, detaching from vanished ones), reads the kernel maps off the async thread, and adds
 //! link and qdisc statistics, RDMA ports, program statistics and hook status.
 use std::{
@@ -10,13 +10,17 @@ use anyhow::{anyhow, Result};
 use aya::Ebpf;
 use tokio::sync::watch;
 
-use super::{netlink, progstats, rdma::RdmaSnapshot, Collector};
 use crate::{
     bpf::{Hooks, TcAttacher},
+    collect::{
+        netlink, progstats,
+        rdma::RdmaSnapshot,
+        readings::{HookStatus, LinkSeries, QdiscSeries, Readings},
+        Collector,
+    },
     config::Config,
     host::iface,
     lifecycle::Lifecycle,
-    snapshot::{HookStatus, LinkSeries, QdiscSeries, Snapshot},
 };
 
 pub struct Sources {
@@ -46,13 +50,13 @@ impl Sources {
         }
     }
 
-    /// One tick's snapshot, unfolded (every peer has its own series).
-    pub async fn snapshot(
+    /// One tick's readings, unfolded (every peer has its own series).
+    pub async fn read(
         &mut self,
         cfg: &Config,
         ebpf: &mut Ebpf,
         tc: &mut TcAttacher,
-    ) -> Result<Snapshot> {
+    ) -> Result<Readings> {
         let mut c = self
             .collector
             .take()
@@ -112,7 +116,7 @@ impl Sources {
 
     async fn qdiscs(
         &self,
-        snap: &mut Snapshot,
+        snap: &mut Readings,
         ifnames: &HashMap<u32, String>,
         tc: &mut TcAttacher,
     ) {

@@ -8,9 +8,29 @@
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use serde::{ser::SerializeSeq, Serialize, Serializer};
+use serde::{ser::SerializeSeq, Deserialize, Serialize, Serializer};
 
-use super::BurstEvent;
+/// One burst of one flow that ended (an idle gap longer than `--burst-gap` followed it),
+/// streamed from the kernel one event per burst. Times are wall-clock seconds. The labels
+/// are shared, not copied: a busy tick carries tens of thousands of events of a few peers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BurstEvent {
+    pub iface: Arc<str>,
+    /// "egress" or "ingress".
+    pub direction: Arc<str>,
+    /// The remote address, as the `peer` label spells it.
+    pub peer: Arc<str>,
+    /// First packet of the burst (seconds since the Unix epoch).
+    pub start_unix: f64,
+    /// First to last packet.
+    pub duration_s: f64,
+    pub bytes: u64,
+    pub packets: u64,
+    /// Time of the tick that delivered the event (`time_unix` of its snapshot): a replay
+    /// hands each tick the events the daemon handed it.
+    pub tick_unix: f64,
+}
 
 /// The labels events share.
 #[derive(Clone, Debug, Default, PartialEq)]
