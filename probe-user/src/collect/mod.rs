@@ -15,6 +15,7 @@ pub mod rdma;
 pub mod readings;
 pub mod series;
 pub mod sojourn;
+pub mod sources;
 pub mod tcp;
 pub mod tick_bursts;
 pub mod top;

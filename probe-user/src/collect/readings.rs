@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{
     netlink::{LinkStats, QdiscStats},
     rdma::RdmaSnapshot,
+    sources::{Sample, SourceStatus},
     tick_bursts::TickBursts,
 };
 
@@ -60,6 +61,10 @@ pub struct Readings {
     pub burst_events: TickBursts,
     /// Burst events the kernel could not hand over (ring buffer full), cumulative.
     pub events_lost: u64,
+    /// Whether each source worked this tick and what reading it cost, in reading order.
+    pub sources: Vec<SourceStatus>,
+    /// The values of the sources behind the `collect::sources` seam (host counter files).
+    pub samples: Vec<Sample>,
     /// Interfaces that went away this tick (later stages forget their state).
     #[serde(skip)]
     pub removed_interfaces: Vec<String>,

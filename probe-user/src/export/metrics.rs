@@ -207,6 +207,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
             .iter()
             .map(|h| (l(&[("hook", h.hook)]), if h.attached { 1.0 } else { 0.0 })),
     )?;
+    super::sources::encode(s, enc)?;
     Ok(())
 }
 

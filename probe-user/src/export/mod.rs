@@ -5,4 +5,5 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod serve;
+pub mod sources;
 pub mod webconfig;

@@ -3,7 +3,7 @@
 //! link and qdisc statistics, RDMA ports, program statistics and hook status.
 use std::{
     collections::{HashMap, HashSet},
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{anyhow, Result};
@@ -16,6 +16,7 @@ use crate::{
         netlink, progstats,
         rdma::RdmaSnapshot,
         readings::{HookStatus, LinkSeries, QdiscSeries, Readings},
+        sources::{self, Source, SourceStatus},
         Collector,
     },
     config::Config,
@@ -31,6 +32,18 @@ pub struct Sources {
     rdma: Option<watch::Receiver<std::sync::Arc<RdmaSnapshot>>>,
     hooks: Vec<HookStatus>,
     tick: u64,
+    /// The sources behind the `collect::sources` seam, and those failing now.
+    host: Vec<Box<dyn Source>>,
+    failing: Vec<&'static str>,
+}
+
+/// How a source built into the collect stage did this tick.
+fn source_status(source: &'static str, up: bool, since: Instant) -> SourceStatus {
+    SourceStatus {
+        source,
+        up,
+        seconds: since.elapsed().as_secs_f64(),
+    }
 }
 
 impl Sources {
@@ -47,6 +60,8 @@ impl Sources {
             rdma,
             hooks: hook_status(hooks),
             tick: 0,
+            host: sources::all(),
+            failing: Vec::new(),
         }
     }
 
@@ -62,6 +77,8 @@ impl Sources {
             .take()
             .ok_or_else(|| anyhow!("collector lost by an earlier failed tick"))?;
         let mut removed = Vec::new();
+        let mut status = Vec::new();
+        let t = Instant::now();
         let links = match iface::dump(&self.handle).await {
             Ok(links) => {
                 let all = iface::from_dump(&links);
@@ -73,10 +90,12 @@ impl Sources {
                 None
             }
         };
+        status.push(source_status("interfaces", links.is_some(), t));
         let ifnames: HashMap<u32, String> =
             tc.attached().map(|i| (i.index, i.name.clone())).collect();
         // Map walks are syscalls: keep them off the async thread.
         let names = ifnames.clone();
+        let t = Instant::now();
         let (c, mut snap) = tokio::task::spawn_blocking(move || {
             let s = c.tick(&names);
             (c, s)
@@ -84,6 +103,7 @@ impl Sources {
         .await
         .map_err(|e| anyhow!("collector thread failed: {e}"))?;
         self.collector = Some(c);
+        status.push(source_status("maps", true, t));
 
         self.tick += 1;
         snap.tick = self.tick;
@@ -97,7 +117,9 @@ impl Sources {
         let mut ifaces: Vec<String> = ifnames.values().cloned().collect();
         ifaces.sort();
         snap.interfaces = ifaces;
+        let t = Instant::now();
         snap.programs = progstats::read(ebpf);
+        status.push(source_status("programs", true, t));
         snap.hooks = self.hooks.clone();
         if let Some(links) = &links {
             snap.links = netlink::links(links)
@@ -109,8 +131,22 @@ impl Sources {
                 .collect();
             snap.links.sort_by(|a, b| a.iface.cmp(&b.iface));
         }
-        self.qdiscs(&mut snap, &ifnames, tc).await;
-        snap.rdma = self.rdma.as_ref().map(|rx| rx.borrow().clone());
+        let t = Instant::now();
+        let up = self.qdiscs(&mut snap, &ifnames, tc).await;
+        status.push(source_status("qdiscs", up, t));
+        if let Some(rx) = &self.rdma {
+            let t = Instant::now();
+            snap.rdma = Some(rx.borrow().clone());
+            // The poller thread is gone when its end of the channel is.
+            status.push(source_status("rdma", rx.has_changed().is_ok(), t));
+        }
+        sources::read_all(
+            &mut self.host,
+            &mut self.failing,
+            &mut snap.samples,
+            &mut status,
+        );
+        snap.sources = status;
         Ok(snap)
     }
 
@@ -119,7 +155,7 @@ impl Sources {
         snap: &mut Readings,
         ifnames: &HashMap<u32, String>,
         tc: &mut TcAttacher,
-    ) {
+    ) -> bool {
         match netlink::qdiscs(&self.handle).await {
             Ok(q) => {
                 // Sojourn is timed only where the root qdisc can queue.
@@ -138,8 +174,12 @@ impl Sources {
                     .collect();
                 snap.qdiscs
                     .sort_by(|a, b| (&a.iface, &a.stats.handle).cmp(&(&b.iface, &b.stats.handle)));
+                true
             }
-            Err(e) => tracing::warn!("{e:#}"),
+            Err(e) => {
+                tracing::warn!("{e:#}");
+                false
+            }
         }
     }
 }
