@@ -468,4 +468,98 @@ mod tests {
         assert!(text.contains("probe_build_info{version="), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
+
+    /// Names in a Markdown file: backticked `probe_...` tokens, `{a,b}` after an underscore
+    /// expanded, a trailing `{labels}` dropped, wildcards (`*`, `<key>`) skipped.
+    fn documented(md: &str) -> std::collections::BTreeSet<String> {
+        fn expand(s: &str) -> Vec<String> {
+            let Some(open) = s.find("_{") else {
+                return vec![s.to_string()];
+            };
+            let close = open + s[open..].find('}').expect("closed brace");
+            s[open + 2..close]
+                .split(',')
+                .flat_map(|alt| expand(&format!("{}_{alt}{}", &s[..open], &s[close + 1..])))
+                .collect()
+        }
+        md.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|tok| tok.starts_with("probe_") && !tok.contains(['*', '<', ' ']))
+            .flat_map(|tok| {
+                let tok = match tok.rfind('{') {
+                    Some(i) if i > 0 && !tok[..i].ends_with('_') => &tok[..i],
+                    _ => tok,
+                };
+                expand(tok)
+            })
+            .filter(|n| !n.ends_with('_'))
+            .collect()
+    }
+
+    #[test]
+    fn docs_name_every_exported_metric_and_no_other() {
+        // Every family is written even without series, RDMA's only with ports: a snapshot
+        // with the fixture's ports renders them all.
+        let snap = Snapshot {
+            readings: Readings {
+                rdma: Some(std::sync::Arc::new(
+                    crate::collect::rdma::fixtures::snapshot(),
+                )),
+                ..Readings::default()
+            },
+            ..Snapshot::default()
+        };
+        let text = render(&registry(Arc::new(RwLock::new(Arc::new(snap)))));
+        let mut exported = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            let (name, kind) = rest.split_once(' ').unwrap();
+            exported.insert(match kind {
+                "counter" => format!("{name}_total"),
+                "info" => format!("{name}_info"),
+                _ => name.to_string(),
+            });
+        }
+        for s in crate::collect::sources::all() {
+            for m in s.metrics() {
+                exported.insert(match m.kind {
+                    crate::collect::sources::Kind::Counter => format!("{}_total", m.name),
+                    crate::collect::sources::Kind::Gauge => m.name.to_string(),
+                });
+            }
+        }
+        let docs = |f: &str| {
+            std::fs::read_to_string(format!("{}/../docs/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+        };
+        let mut named = documented(&docs("metrics.md"));
+        named.extend(documented(&docs("rdma.md")));
+        let undocumented: Vec<_> = exported.difference(&named).collect();
+        let gone: Vec<_> = named.difference(&exported).collect();
+        assert!(
+            undocumented.is_empty() && gone.is_empty(),
+            "exported but not in docs/metrics.md (or rdma.md): {undocumented:?}\n\
+             in the docs but not exported: {gone:?}"
+        );
+    }
+
+    #[test]
+    fn the_docs_reader_expands_and_strips() {
+        let md = "`probe_a_{x,y}_{b,c}_total` `probe_r_total{device,port}` `probe_` \
+                  `probe_rdma_*` `probe_t_total{stage=\"m\"}`";
+        let got: Vec<_> = documented(md).into_iter().collect();
+        assert_eq!(
+            got,
+            [
+                "probe_a_x_b_total",
+                "probe_a_x_c_total",
+                "probe_a_y_b_total",
+                "probe_a_y_c_total",
+                "probe_r_total",
+                "probe_t_total"
+            ]
+        );
+    }
 }

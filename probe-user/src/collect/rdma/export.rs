@@ -154,13 +154,9 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::Fixture;
-    use super::super::verbs::VerbsDiscovery;
-    use super::super::{RdmaConfig, RdmaPoller};
     use super::*;
     use prometheus_client::collector::Collector;
     use prometheus_client::registry::Registry;
-    use std::time::{Duration, Instant};
 
     /// How the daemon wires it: a collector that encodes the latest snapshot on each scrape.
     #[derive(Debug)]
@@ -186,29 +182,9 @@ mod tests {
             .map(|l| &l[series.len() + 1..])
     }
 
-    fn fixture_snapshot() -> RdmaSnapshot {
-        let fx = Fixture::new();
-        fx.mlx5_ib("mlx5_0");
-        fx.mlx5_roce("mlx5_1");
-        fx.rxe("rxe0");
-        fx.set("mlx5_0", 1, "counters/port_xmit_wait", 0xFFFF_FFFF);
-        fx.replace_with_dir("mlx5_0", 1, "counters/symbol_error");
-        let mut p = RdmaPoller::with_discovery(
-            RdmaConfig {
-                sysfs_root: fx.root(),
-                interval: Duration::from_secs(1),
-            },
-            || VerbsDiscovery::Disabled,
-        );
-        let t0 = Instant::now();
-        p.poll_at(t0);
-        fx.set("mlx5_0", 1, "counters/port_xmit_data", 1_000_100);
-        p.poll_at(t0 + Duration::from_secs(1))
-    }
-
     #[test]
     fn series_names_units_and_labels() {
-        let text = render(fixture_snapshot());
+        let text = render(super::super::fixtures::snapshot());
         let ib = r#"device="mlx5_0",port="1""#;
         let roce = r#"device="mlx5_1",port="1""#;
         let rxe = r#"device="rxe0",port="1""#;
@@ -339,7 +315,7 @@ mod tests {
 
     #[test]
     fn naming_conventions_hold_for_every_series() {
-        let text = render(fixture_snapshot());
+        let text = render(super::super::fixtures::snapshot());
         let mut types = std::collections::HashMap::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

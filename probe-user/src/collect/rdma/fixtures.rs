@@ -223,3 +223,25 @@ impl Fixture {
 fn write(path: &Path, text: &str) {
     fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
+
+/// A snapshot of three devices (InfiniBand and RoCE mlx5, rxe) after two polls, with a
+/// saturated counter and a counter that is a directory.
+pub fn snapshot() -> super::RdmaSnapshot {
+    let fx = Fixture::new();
+    fx.mlx5_ib("mlx5_0");
+    fx.mlx5_roce("mlx5_1");
+    fx.rxe("rxe0");
+    fx.set("mlx5_0", 1, "counters/port_xmit_wait", 0xFFFF_FFFF);
+    fx.replace_with_dir("mlx5_0", 1, "counters/symbol_error");
+    let mut p = super::RdmaPoller::with_discovery(
+        super::RdmaConfig {
+            sysfs_root: fx.root(),
+            interval: std::time::Duration::from_secs(1),
+        },
+        || super::verbs::VerbsDiscovery::Disabled,
+    );
+    let t0 = std::time::Instant::now();
+    p.poll_at(t0);
+    fx.set("mlx5_0", 1, "counters/port_xmit_data", 1_000_100);
+    p.poll_at(t0 + std::time::Duration::from_secs(1))
+}

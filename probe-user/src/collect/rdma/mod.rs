@@ -24,7 +24,7 @@ pub mod sysfs;
 pub mod verbs;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 use std::collections::BTreeMap;
 

@@ -11,6 +11,8 @@ use serde::{Serialize, Serializer};
 pub trait Source: Send {
     /// The `source` label of its health metrics.
     fn name(&self) -> &'static str;
+    /// Every metric its samples may name (docs/metrics.md is checked against these).
+    fn metrics(&self) -> &'static [&'static Metric];
     /// Appends this tick's values to `out`. On an error the source exports nothing this
     /// tick and `probe_source_up{source}` is 0.
     fn read(&mut self, out: &mut Vec<Sample>) -> anyhow::Result<()>;
@@ -115,6 +117,11 @@ mod tests {
             "flaky"
         }
 
+        fn metrics(&self) -> &'static [&'static Metric] {
+            static ALL: [&Metric; 1] = [&GOOD];
+            &ALL
+        }
+
         fn read(&mut self, out: &mut Vec<Sample>) -> anyhow::Result<()> {
             self.0 += 1;
             out.push(Sample {
@@ -143,5 +150,22 @@ mod tests {
         assert_eq!(failing, ["flaky"]);
         read_all(&mut sources, &mut failing, &mut samples, &mut status);
         assert!(failing.is_empty());
+    }
+
+    #[test]
+    fn every_sample_names_a_metric_its_source_declares() {
+        for mut s in all() {
+            let mut samples = Vec::new();
+            s.read(&mut samples).unwrap();
+            assert!(!samples.is_empty(), "{}", s.name());
+            for smp in &samples {
+                assert!(
+                    s.metrics().iter().any(|m| std::ptr::eq(*m, smp.metric)),
+                    "{}: {} is not in its metrics()",
+                    s.name(),
+                    smp.metric.name
+                );
+            }
+        }
     }
 }

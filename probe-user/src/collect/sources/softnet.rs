@@ -46,6 +46,11 @@ impl Source for Softnet {
         "softnet"
     }
 
+    fn metrics(&self) -> &'static [&'static Metric] {
+        static ALL: [&Metric; 4] = [&PROCESSED, &DROPPED, &SQUEEZED, &BACKLOG];
+        &ALL
+    }
+
     fn read(&mut self, out: &mut Vec<Sample>) -> Result<()> {
         let text = std::fs::read_to_string(&self.path)
             .with_context(|| format!("reading {}", self.path.display()))?;
