@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use crate::{
     collect::readings::{BurstSeries, FlowSeries, Histogram, PeerSeries, Readings},
     config::Config,
+    counter::Change,
     observe::{self, Observation},
 };
 
@@ -64,9 +65,10 @@ pub struct PeerFolder {
     other_bursts: HashMap<(String, &'static str), BurstSeries>,
 }
 
-/// What a cumulative histogram gained since `before`; all of it if the series restarted.
-fn since(now: &Histogram, before: &Histogram) -> Histogram {
-    now.increase(Some(before)).unwrap_or_else(|| now.clone())
+/// What a cumulative histogram gained since `before`; all of it if the series is new or
+/// restarted (as [`Change::increase`] reads a counter).
+fn since(now: &Histogram, before: Option<&Histogram>) -> Histogram {
+    now.increase(before).unwrap_or_else(|| now.clone())
 }
 
 fn fkey(f: &FlowSeries) -> SeriesKey {
@@ -99,13 +101,13 @@ impl PeerFolder {
         // peers seen only by sock_ops rank too.
         let mut activity: HashMap<String, u64> = HashMap::new();
         for f in &snap.flows {
-            let before = self.prev_flows.get(&fkey(f)).map_or(0, |p| p.bytes);
-            *activity.entry(f.peer.clone()).or_default() += f.bytes.saturating_sub(before);
+            let before = self.prev_flows.get(&fkey(f)).map(|p| p.bytes);
+            *activity.entry(f.peer.clone()).or_default() += Change::of(f.bytes, before).increase();
         }
         for p in &snap.peers {
-            let before = self.prev_peers.get(&p.peer).map_or(0, |x| x.rtt.count);
+            let before = self.prev_peers.get(&p.peer).map(|x| x.rtt.count);
             *activity.entry(p.peer.clone()).or_default() +=
-                p.rtt.count.saturating_sub(before) * 1500;
+                Change::of(p.rtt.count, before).increase() * 1500;
         }
         for (peer, a) in &activity {
             if *a > 0 {
@@ -138,7 +140,9 @@ impl PeerFolder {
             let key = fkey(&f);
             if !members.contains(&f.peer) {
                 folded.insert(f.peer.clone());
-                let before = self.prev_flows.get(&key).cloned().unwrap_or_default();
+                let before = self.prev_flows.get(&key);
+                let inc =
+                    |now, of: fn(&FlowSeries) -> u64| Change::of(now, before.map(of)).increase();
                 let o = self
                     .other_flows
                     .entry((f.iface.clone(), f.direction))
@@ -148,10 +152,10 @@ impl PeerFolder {
                         peer: OTHER.into(),
                         ..FlowSeries::default()
                     });
-                o.bytes += f.bytes.saturating_sub(before.bytes);
-                o.packets += f.packets.saturating_sub(before.packets);
-                o.ce_packets += f.ce_packets.saturating_sub(before.ce_packets);
-                o.ect_packets += f.ect_packets.saturating_sub(before.ect_packets);
+                o.bytes += inc(f.bytes, |b| b.bytes);
+                o.packets += inc(f.packets, |b| b.packets);
+                o.ce_packets += inc(f.ce_packets, |b| b.ce_packets);
+                o.ect_packets += inc(f.ect_packets, |b| b.ect_packets);
             } else {
                 kept.push(f.clone());
             }
@@ -172,13 +176,14 @@ impl PeerFolder {
             if !members.contains(&p.peer) {
                 any_other = true;
                 folded.insert(p.peer.clone());
-                let before = self.prev_peers.get(&p.peer).cloned().unwrap_or_default();
+                let before = self.prev_peers.get(&p.peer);
                 let o = self.other_peer.get_or_insert_with(|| PeerSeries {
                     peer: OTHER.into(),
                     ..PeerSeries::default()
                 });
-                o.rtt.merge(&since(&p.rtt, &before.rtt));
-                o.retransmits += p.retransmits.saturating_sub(before.retransmits);
+                o.rtt.merge(&since(&p.rtt, before.map(|b| &b.rtt)));
+                o.retransmits +=
+                    Change::of(p.retransmits, before.map(|b| b.retransmits)).increase();
                 other_srtt = match (other_srtt, p.srtt_seconds) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),
@@ -209,7 +214,7 @@ impl PeerFolder {
             let key = bkey(&b);
             if !members.contains(&b.peer) {
                 folded.insert(b.peer.clone());
-                let before = self.prev_bursts.get(&key).cloned().unwrap_or_default();
+                let before = self.prev_bursts.get(&key);
                 let o = self
                     .other_bursts
                     .entry((b.iface.clone(), b.direction))
@@ -221,9 +226,10 @@ impl PeerFolder {
                         bytes: Histogram::default(),
                         duration: Histogram::default(),
                     });
-                o.count += b.count.saturating_sub(before.count);
-                o.bytes.merge(&since(&b.bytes, &before.bytes));
-                o.duration.merge(&since(&b.duration, &before.duration));
+                o.count += Change::of(b.count, before.map(|x| x.count)).increase();
+                o.bytes.merge(&since(&b.bytes, before.map(|x| &x.bytes)));
+                o.duration
+                    .merge(&since(&b.duration, before.map(|x| &x.duration)));
             } else {
                 kept.push(b.clone());
             }
@@ -304,5 +310,17 @@ mod tests {
         assert_eq!(bytes_of(&s, "c"), Some(70_000));
         assert_eq!(bytes_of(&s, "b"), None);
         assert!(bytes_of(&s, OTHER).unwrap() >= last_other);
+    }
+
+    #[test]
+    fn a_folded_series_that_restarts_adds_what_it_holds_since() {
+        let mut f = PeerFolder::new(1, 3);
+        let mut s = snap(vec![flow("a", 9000), flow("c", 1000)]);
+        f.apply(&mut s);
+        assert_eq!(bytes_of(&s, OTHER), Some(1000));
+        // c's series restarted (it came back after idling): its 300 bytes are new traffic.
+        let mut s = snap(vec![flow("a", 9500), flow("c", 300)]);
+        f.apply(&mut s);
+        assert_eq!(bytes_of(&s, OTHER), Some(1300));
     }
 }

@@ -15,6 +15,7 @@ pub mod check;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod counter;
 pub mod dataset;
 pub mod duration;
 pub mod eval;

@@ -15,6 +15,8 @@ use std::{
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::counter;
+
 /// How long a series outlives its last change; the fold stage keeps an idle peer's top-K
 /// slot exactly as long (it reads this constant).
 pub const SERIES_IDLE: Duration = Duration::from_secs(600);
@@ -90,19 +92,10 @@ impl<K: Eq + Hash, A: Eq + Hash> Default for DeltaTotals<K, A> {
 impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
     /// Adds entry `key`'s counters, read this tick, to series `series`.
     pub fn add(&mut self, key: K, series: A, now: Vec<u64>) {
-        let before = self.prev.get(&key);
-        // Any counter going down means the entry was recreated: count it from zero.
-        let reset =
-            before.is_none_or(|b| b.len() != now.len() || now.iter().zip(b).any(|(n, b)| n < b));
-        let delta = |i: usize| {
-            if reset {
-                now[i]
-            } else {
-                now[i] - before.map_or(0, |b| b[i])
-            }
-        };
+        let before = self.prev.get(&key).map(Vec::as_slice);
+        let delta = || counter::increases(&now, before);
         // An entry that did not move neither keeps its series alive nor brings it back.
-        if (0..now.len()).any(|i| delta(i) > 0) {
+        if delta().any(|d| d > 0) {
             self.last_seen.touch(&series);
             let t = self
                 .totals
@@ -111,8 +104,8 @@ impl<K: Eq + Hash + Clone, A: Eq + Hash + Clone> DeltaTotals<K, A> {
             if t.len() < now.len() {
                 t.resize(now.len(), 0);
             }
-            for (i, v) in t.iter_mut().enumerate().take(now.len()) {
-                *v += delta(i);
+            for (v, d) in t.iter_mut().zip(delta()) {
+                *v += d;
             }
         }
         self.seen.insert(key, now);

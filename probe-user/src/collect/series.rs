@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 
 use super::readings::ip_from_abi;
 use super::{batch::MapReader, delta::LastSeen};
+use crate::counter;
 
 /// One exported series: traffic to/from one peer on one interface in one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,22 +66,18 @@ impl Totals {
 
     /// `self - before`, or all of `self` when a counter went down (the counts restarted).
     fn since(self, before: Option<Self>) -> Self {
-        match before {
-            Some(b)
-                if self.bytes >= b.bytes
-                    && self.packets >= b.packets
-                    && self.ce_packets >= b.ce_packets
-                    && self.ect_packets >= b.ect_packets =>
-            {
-                Self {
-                    bytes: self.bytes - b.bytes,
-                    packets: self.packets - b.packets,
-                    ce_packets: self.ce_packets - b.ce_packets,
-                    ect_packets: self.ect_packets - b.ect_packets,
-                }
-            }
-            _ => self,
+        let [bytes, packets, ce_packets, ect_packets] =
+            counter::increases_of(self.counters(), before.map(Self::counters));
+        Self {
+            bytes,
+            packets,
+            ce_packets,
+            ect_packets,
         }
+    }
+
+    fn counters(self) -> [u64; 4] {
+        [self.bytes, self.packets, self.ce_packets, self.ect_packets]
     }
 
     fn is_zero(&self) -> bool {

@@ -9,9 +9,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::observation::{self as c, Observation as Row};
-use crate::collect::{
-    rdma::keys,
-    readings::{QdiscSeries, Readings},
+use crate::{
+    collect::{
+        rdma::keys,
+        readings::{QdiscSeries, Readings},
+    },
+    counter::Change,
 };
 
 /// A sum of counter increases; None until one is known.
@@ -19,8 +22,9 @@ use crate::collect::{
 struct Sum(Option<u64>);
 
 impl Sum {
+    /// Adds a counter's gain since `before`; nothing at a first reading or a restart.
     fn add(&mut self, now: u64, before: Option<u64>) {
-        if let Some(d) = before.and_then(|b| now.checked_sub(b)) {
+        if let Some(d) = Change::of(now, before).gain() {
             self.0 = Some(self.0.unwrap_or(0) + d);
         }
     }
