@@ -6,6 +6,7 @@
 //! SVG plots.
 pub mod baselines;
 pub mod metrics;
+pub mod operating;
 pub mod plots;
 mod report;
 
@@ -380,7 +381,10 @@ pub struct TimelineData {
 /// One scorer's column over the table, and its threshold.
 struct Column {
     name: String,
+    /// What is ranked (PR-AUC, ROC-AUC, calibration).
     score: Vec<f64>,
+    /// What the threshold applies to: the score under the alarm rule's hold.
+    alarm: Vec<f64>,
     threshold: f64,
 }
 
@@ -395,128 +399,30 @@ fn classifier(
 ) -> Result<(ClassResult, Option<TimelineData>)> {
     let label = t.column(&s.label(&e.horizon))?;
     let now = t.column(&s.now())?;
-    let onset = t.column(&s.onset())?;
-    let key = s.key(&e.horizon);
     // Every row of the kind is scored; metrics over rows whose label is known.
     let series = spec::series(t, s.entity_kind);
-    let all: Vec<usize> = series.iter().flatten().copied().collect();
-    let x = spec::matrix(t, names, &all)?;
-    let mut score = vec![f64::NAN; t.len()];
-    for (&r, row) in all.iter().zip(x.chunks(names.len())) {
-        score[r] = e.probability(b.predict(row));
-    }
-    let known: Vec<usize> = all
+    let known: Vec<usize> = series
         .iter()
+        .flatten()
         .copied()
         .filter(|&r| label[r].is_finite())
         .collect();
     let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
-    let mut cols = vec![Column {
-        name: "model".into(),
-        score,
-        threshold: e.threshold.unwrap_or(f64::INFINITY),
-    }];
-    // The baselines' validation thresholds, if the bundle chose them the way this judges
-    // (a bundle from before the alarm budget has thresholds of other rules).
-    let learnt = bundle
-        .manifest
-        .baselines
-        .get(&key)
-        .filter(|_| bundle.manifest.data["alarm_budget"].as_f64() == Some(ALARM_BUDGET));
-    for (name, col) in baseline_columns(t, s, e.horizon_s, &series)? {
-        let (threshold, shown) = match learnt.and_then(|m| m.get(name)) {
-            Some(t) => (*t, name.to_owned()),
-            // No validation threshold in the manifest: the budget's on this very data,
-            // which flatters the baseline (said in its name).
-            None => {
-                let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
-                (
-                    metrics::budget_threshold(&sc, &lb, ALARM_BUDGET),
-                    format!("{name} (threshold fit on this data)"),
-                )
-            }
-        };
-        cols.push(Column {
-            name: shown,
-            score: col,
-            threshold,
-        });
-    }
-    cols.push(Column {
-        name: ALWAYS.into(),
-        score: vec![1.0; t.len()],
-        threshold: 1.0,
-    });
-    let tick_s = median_tick(t, &series);
-    let hours = known.len() as f64 * tick_s / 3600.0;
+    let cols = columns(t, s, e, b, names, bundle, &series, &known, &lb)?;
+    let judged = Judged {
+        t,
+        series: &series,
+        known: &known,
+        lb: &lb,
+        label,
+        onset: t.column(&s.onset())?,
+        horizon_s: e.horizon_s,
+        tick_s: operating::median_tick(t, &series),
+        truth,
+    };
     let (recs, groups) = bootstrap_groups(t, &known);
-    let mut scorers = Vec::new();
-    let mut caught_by_rec: Vec<Vec<(usize, usize)>> = Vec::new();
-    for c in &cols {
-        let sc: Vec<f64> = known.iter().map(|&r| c.score[r]).collect();
-        let conf = metrics::Confusion::at(&sc, &lb, c.threshold);
-        let curve = if c.name == ALWAYS {
-            Vec::new()
-        } else {
-            metrics::pr_curve(&sc, &lb)
-                .iter()
-                .map(|p| (p.recall, p.precision))
-                .collect()
-        };
-        let ev = events(
-            t,
-            &series,
-            &c.score,
-            c.threshold,
-            label,
-            onset,
-            e.horizon_s,
-            truth,
-        );
-        caught_by_rec.push(
-            recs.iter()
-                .map(|g| {
-                    let o = ev
-                        .onsets
-                        .iter()
-                        .filter(|o| g.holds(&o.recording, o.time_unix));
-                    let (n, k) = o.fold((0, 0), |(n, k), o| {
-                        (
-                            n + 1,
-                            k + usize::from(matches!(o.lead, metrics::Lead::Before(_))),
-                        )
-                    });
-                    (k, n)
-                })
-                .collect(),
-        );
-        let (reliability, ece) = if c.name == "model" {
-            metrics::reliability(&sc, &lb, 10)
-        } else {
-            (Vec::new(), None)
-        };
-        scorers.push(Scored {
-            name: c.name.clone(),
-            threshold: c.threshold,
-            pr_auc: metrics::average_precision(&sc, &lb),
-            pr_auc_ci: None,
-            model_minus_ci: None,
-            roc_auc: metrics::roc_auc(&sc, &lb),
-            precision: conf.precision(),
-            recall: conf.recall(),
-            f1: conf.f1(),
-            time_in_alarm: metrics::alarm_share(&sc, &lb, c.threshold),
-            false_alarms_per_hour: if hours > 0.0 {
-                ev.false_alarms as f64 / hours
-            } else {
-                0.0
-            },
-            ece,
-            reliability,
-            onsets: summarize(&ev.onsets, e.horizon_s, tick_s),
-            curve,
-        });
-    }
+    let (mut scorers, caught_by_rec): (Vec<Scored>, Vec<_>) =
+        cols.iter().map(|c| judged.scorer(c, &recs)).unzip();
     intervals(&mut scorers, &cols, &known, &lb, &groups, &caught_by_rec);
     let (mut beats, mut does_not_beat) = (Vec::new(), Vec::new());
     for sc in &scorers[1..] {
@@ -531,19 +437,164 @@ fn classifier(
     let tl = timeline_data(t, s, e, &series, now, &cols);
     Ok((
         ClassResult {
-            key,
+            key: s.key(&e.horizon),
             entity_kind: e.entity_kind.clone(),
             target: e.target.clone(),
             horizon: e.horizon.clone(),
             rows: known.len(),
             positives: lb.iter().filter(|b| **b).count(),
-            hours,
+            hours: known.len() as f64 * judged.tick_s / 3600.0,
             scorers,
             beats,
             does_not_beat,
         },
         tl,
     ))
+}
+
+/// The scorers of one classifier: the model (its calibrated probability, alarming under
+/// its rule), the baselines at their validation thresholds, and always-alarm.
+#[allow(clippy::too_many_arguments)]
+fn columns(
+    t: &FeatureTable,
+    s: &Spec,
+    e: &Entry,
+    b: &Booster,
+    names: &[String],
+    bundle: &Bundle,
+    series: &[Vec<usize>],
+    known: &[usize],
+    lb: &[bool],
+) -> Result<Vec<Column>> {
+    let all: Vec<usize> = series.iter().flatten().copied().collect();
+    let x = spec::matrix(t, names, &all)?;
+    let mut score = vec![f64::NAN; t.len()];
+    for (&r, row) in all.iter().zip(x.chunks(names.len())) {
+        score[r] = e.probability(b.predict(row));
+    }
+    let mut cols = vec![Column {
+        name: "model".into(),
+        alarm: operating::held_column(t, series, &score, e.alarm_for_ticks),
+        score,
+        threshold: e.threshold.unwrap_or(f64::INFINITY),
+    }];
+    // The baselines' validation thresholds, if the bundle chose them the way this judges
+    // (a bundle from before the alarm budget has thresholds of other rules).
+    let learnt = bundle
+        .manifest
+        .baselines
+        .get(&s.key(&e.horizon))
+        .filter(|_| bundle.manifest.data["alarm_budget"].as_f64() == Some(ALARM_BUDGET));
+    for (name, col) in baseline_columns(t, s, e.horizon_s, series)? {
+        let (threshold, shown) = match learnt.and_then(|m| m.get(name)) {
+            Some(t) => (*t, name.to_owned()),
+            // No validation threshold in the manifest: the budget's on this very data,
+            // which flatters the baseline (said in its name).
+            None => {
+                let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
+                (
+                    metrics::budget_threshold(&sc, lb, ALARM_BUDGET),
+                    format!("{name} (threshold fit on this data)"),
+                )
+            }
+        };
+        cols.push(Column {
+            name: shown,
+            alarm: col.clone(),
+            score: col,
+            threshold,
+        });
+    }
+    cols.push(Column {
+        name: ALWAYS.into(),
+        score: vec![1.0; t.len()],
+        alarm: vec![1.0; t.len()],
+        threshold: 1.0,
+    });
+    Ok(cols)
+}
+
+/// What every scorer of one classifier is judged on.
+struct Judged<'a> {
+    t: &'a FeatureTable,
+    series: &'a [Vec<usize>],
+    known: &'a [usize],
+    lb: &'a [bool],
+    label: &'a [f64],
+    onset: &'a [f64],
+    horizon_s: f64,
+    tick_s: f64,
+    truth: &'a Episodes,
+}
+
+impl Judged<'_> {
+    /// One scorer's figures, and per bootstrap group its (onsets caught before, onsets).
+    fn scorer(&self, c: &Column, recs: &[Group]) -> (Scored, Vec<(usize, usize)>) {
+        let sc: Vec<f64> = self.known.iter().map(|&r| c.score[r]).collect();
+        let alarm: Vec<f64> = self.known.iter().map(|&r| c.alarm[r]).collect();
+        let conf = metrics::Confusion::at(&alarm, self.lb, c.threshold);
+        let curve = if c.name == ALWAYS {
+            Vec::new()
+        } else {
+            metrics::pr_curve(&sc, self.lb)
+                .iter()
+                .map(|p| (p.recall, p.precision))
+                .collect()
+        };
+        let ev = events(
+            self.t,
+            self.series,
+            &c.alarm,
+            c.threshold,
+            self.label,
+            self.onset,
+            self.horizon_s,
+            self.truth,
+        );
+        let caught = recs
+            .iter()
+            .map(|g| {
+                let o = ev
+                    .onsets
+                    .iter()
+                    .filter(|o| g.holds(&o.recording, o.time_unix));
+                o.fold((0, 0), |(k, n), o| {
+                    (
+                        k + usize::from(matches!(o.lead, metrics::Lead::Before(_))),
+                        n + 1,
+                    )
+                })
+            })
+            .collect();
+        let (reliability, ece) = if c.name == "model" {
+            metrics::reliability(&sc, self.lb, 10)
+        } else {
+            (Vec::new(), None)
+        };
+        let hours = self.known.len() as f64 * self.tick_s / 3600.0;
+        let scored = Scored {
+            name: c.name.clone(),
+            threshold: c.threshold,
+            pr_auc: metrics::average_precision(&sc, self.lb),
+            pr_auc_ci: None,
+            model_minus_ci: None,
+            roc_auc: metrics::roc_auc(&sc, self.lb),
+            precision: conf.precision(),
+            recall: conf.recall(),
+            f1: conf.f1(),
+            time_in_alarm: metrics::alarm_share(&alarm, self.lb, c.threshold),
+            false_alarms_per_hour: if hours > 0.0 {
+                ev.false_alarms as f64 / hours
+            } else {
+                0.0
+            },
+            ece,
+            reliability,
+            onsets: summarize(&ev.onsets, self.horizon_s, self.tick_s),
+            curve,
+        };
+        (scored, caught)
+    }
 }
 
 /// One group the bootstrap resamples: a recording, or a 60 s stretch of one.
@@ -583,18 +634,6 @@ pub fn bootstrap_groups<'a>(
     by.into_iter().unzip()
 }
 
-/// The median spacing of the rows of each series (the recordings' tick).
-fn median_tick(t: &FeatureTable, series: &[Vec<usize>]) -> f64 {
-    let mut d: Vec<f64> = series
-        .iter()
-        .flat_map(|rows| {
-            rows.windows(2)
-                .map(|w| t.time_unix[w[1]] - t.time_unix[w[0]])
-        })
-        .filter(|d| *d > 0.0)
-        .collect();
-    crate::stats::median(&mut d).unwrap_or(1.0)
-}
 
 /// Bootstrap intervals by recording: every scorer's PR-AUC, the model's lead over each
 /// baseline on the same resamples, and each scorer's share of onsets caught before.
@@ -669,7 +708,7 @@ fn timeline_data(
         t: best.iter().map(|&r| t.time_unix[r] - t0).collect(),
         value: value.unwrap_or_default(),
         events: best.iter().map(|&r| now[r] > 0.5).collect(),
-        score: best.iter().map(|&r| cols[0].score[r]).collect(),
+        score: best.iter().map(|&r| cols[0].alarm[r]).collect(),
         threshold: cols[0].threshold,
         alarms: cols[1..]
             .iter()
@@ -677,7 +716,7 @@ fn timeline_data(
             .map(|c| {
                 (
                     c.name.clone(),
-                    best.iter().map(|&r| c.score[r] >= c.threshold).collect(),
+                    best.iter().map(|&r| c.alarm[r] >= c.threshold).collect(),
                 )
             })
             .collect(),
@@ -735,21 +774,12 @@ fn events(
     truth: &Episodes,
 ) -> EventFigures {
     let mut out = EventFigures {
-        false_alarms: 0,
+        false_alarms: operating::false_alarms(series, col, thr, label),
         onsets: Vec::new(),
     };
     for rows in series {
         let ts: Vec<f64> = rows.iter().map(|&r| t.time_unix[r]).collect();
         let alarm: Vec<bool> = rows.iter().map(|&r| col[r] >= thr).collect();
-        // A false alarm: a run of alarmed calm rows (known negatives: no onset within the
-        // horizon). An alarm that stays on counts once per calm stretch; alarms while an
-        // event is on, or soon after it, are neither true nor false.
-        let false_alarm: Vec<bool> = rows
-            .iter()
-            .zip(&alarm)
-            .map(|(&r, &a)| a && label[r] == 0.0)
-            .collect();
-        out.false_alarms += metrics::alarm_episodes(&false_alarm).len();
         let onset: Vec<bool> = rows.iter().map(|&r| onset_col[r] > 0.5).collect();
         let leads = metrics::lead_times(&ts, &alarm, &onset, horizon_s);
         let rec = &t.recording[rows[0]];

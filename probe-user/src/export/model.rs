@@ -71,8 +71,14 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     gauge(
         enc,
         "probe_spike_threshold",
-        "The probability at and above which the model alarms (chosen on validation for best F1)",
+        "The probability the model alarms at, once held for its rule's ticks (chosen on validation under the alarm budget)",
         series(|f| f.threshold, true),
+    )?;
+    gauge(
+        enc,
+        "probe_spike_alarm",
+        "1 while the model alarms: its probability at or above its threshold for its rule's ticks in a row",
+        series(|f| f.alarm.map(|a| f64::from(u8::from(a))), true),
     )?;
     gauge(
         enc,

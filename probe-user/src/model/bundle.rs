@@ -39,6 +39,10 @@ pub struct Entry {
     /// [`Entry::probability`], not with the booster's raw output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
+    /// Classifiers: consecutive ticks at or above the threshold before the alarm is up
+    /// (`model::alarm`; absent: 1, every tick at or above it).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub alarm_for_ticks: u32,
     /// Classifiers: Platt scaling of the booster's probability (absent: served as is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
@@ -106,7 +110,23 @@ pub fn base_now(values: impl IntoIterator<Item = f64>) -> Option<f64> {
         .fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
 impl Entry {
+    /// A classifier's alarm rule; None for a regressor.
+    pub fn alarm_rule(&self) -> Option<super::alarm::Rule> {
+        Some(super::alarm::Rule {
+            threshold: self.threshold?,
+            for_ticks: self.alarm_for_ticks,
+        })
+    }
+
     /// A classifier's probability from the booster's raw probability: calibrated when the
     /// manifest gives a calibration, else `raw`.
     pub fn probability(&self, raw: f64) -> f64 {
@@ -267,6 +287,12 @@ fn check(m: &Manifest, e: &Entry, b: &Booster) -> std::result::Result<(), String
             match e.threshold {
                 Some(t) if (0.0..=1.0).contains(&t) => {}
                 t => return Err(format!("threshold {t:?} is not a probability")),
+            }
+            if !(1..=600).contains(&e.alarm_for_ticks) {
+                return Err(format!(
+                    "alarm_for_ticks {} is not between 1 and 600",
+                    e.alarm_for_ticks
+                ));
             }
             if let Some(f) = e.calibration.as_ref().and_then(Calibration::fault) {
                 return Err(f);

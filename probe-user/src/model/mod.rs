@@ -1,5 +1,6 @@
 //! The spike model: LightGBM text models, scored in Rust each tick (no C++ at run time), and
 //! the directory format `probe train` writes and `probe run --model` reads (docs/model.md).
+pub mod alarm;
 pub mod bundle;
 pub mod lgbm;
 pub mod score;

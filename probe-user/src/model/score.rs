@@ -4,13 +4,17 @@
 //! forecast for the entity. Folded peers are scored too (the export drops their series, the
 //! JSON keeps them).
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::Instant,
 };
 
 use serde::Serialize;
 
-use super::bundle::{base_now, Bundle, Task};
+use super::{
+    alarm,
+    bundle::{base_now, Bundle, Task},
+};
 use crate::{
     features::FeatureRow,
     observe::{INTERFACE, PEER},
@@ -25,9 +29,17 @@ pub struct Forecast {
     pub horizon_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spike_probability: Option<f64>,
-    /// The model's threshold: at or above it the model alarms.
+    /// The model's threshold: the model alarms once the probability has been at or above
+    /// it for its alarm rule's ticks in a row (`alarm`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
+    /// Classifiers: whether the alarm is up (model::alarm: the threshold held for the
+    /// model's `alarm_for_ticks`). The one alarm of rules, dashboard and `probe top`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alarm: Option<bool>,
+    /// The rule `alarm` follows (the model stage keeps each entity's run of ticks).
+    #[serde(skip)]
+    pub rule: Option<alarm::Rule>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rtt_forecast_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -238,6 +250,8 @@ impl Bound {
                 horizon_s: e.horizon_s,
                 spike_probability: None,
                 threshold: None,
+                alarm: None,
+                rule: None,
                 rtt_forecast_s: None,
                 throughput_forecast_bytes_per_s: None,
             };
@@ -246,6 +260,7 @@ impl Bound {
                     f.spike_probability =
                         Some(e.probability(b.predict(x))).filter(|p| p.is_finite());
                     f.threshold = e.threshold;
+                    f.rule = e.alarm_rule();
                 }
                 Task::Regressor => {
                     let Some(now) = base_now(m.base.iter().map(|&j| x[j])) else {
@@ -271,6 +286,9 @@ pub type Slot = Arc<Mutex<Option<Arc<Bound>>>>;
 pub struct Model {
     slot: Slot,
     scratch: Vec<f64>,
+    /// Each alarm's ticks in a row at or above its threshold, as of the last tick: an
+    /// entity or model not scored this tick starts again from zero.
+    streaks: HashMap<AlarmKey, u32>,
 }
 
 impl Model {
@@ -278,9 +296,13 @@ impl Model {
         Self {
             slot,
             scratch: Vec::new(),
+            streaks: HashMap::new(),
         }
     }
 }
+
+/// Which alarm a run of ticks belongs to: entity kind, entity, target, horizon (bits).
+type AlarmKey = (&'static str, String, String, u64);
 
 /// What the model stage made of one tick.
 #[derive(Debug)]
@@ -304,12 +326,34 @@ impl Model {
         for row in rows {
             entities += u64::from(bound.score(row, &mut self.scratch, &mut forecasts));
         }
+        self.alarms(&mut forecasts);
         Some(Scores {
             forecasts,
             model: bound.info(),
             entities,
             seconds: t.elapsed().as_secs_f64(),
         })
+    }
+}
+
+impl Model {
+    /// Steps each classifier's alarm rule with this tick's probability.
+    fn alarms(&mut self, forecasts: &mut [Forecast]) {
+        let mut before = std::mem::take(&mut self.streaks);
+        for f in forecasts {
+            let (Some(rule), Some(p)) = (f.rule, f.spike_probability) else {
+                continue;
+            };
+            let key = (
+                f.entity_kind,
+                f.entity.clone(),
+                f.target.clone(),
+                f.horizon_s.to_bits(),
+            );
+            let mut streak = before.remove(&key).unwrap_or(0);
+            f.alarm = Some(rule.step(&mut streak, p));
+            self.streaks.insert(key, streak);
+        }
     }
 }
 
@@ -429,6 +473,40 @@ mod tests {
         ("tx_bytes_mean_5s", 1e6),
         ("rx_bytes_mean_5s", 2e5),
     ];
+
+    #[test]
+    fn the_alarm_is_up_once_the_threshold_held_for_its_ticks() {
+        let mut b = bound();
+        // retrans_storm's constant probability (sigmoid(-1) = 0.27) is above 0.2; its alarm
+        // needs 3 ticks of it.
+        for e in &mut b.bundle.manifest.models {
+            if e.target == "retrans_storm" {
+                e.threshold = Some(0.2);
+                e.alarm_for_ticks = 3;
+            }
+        }
+        let slot: Slot = Arc::new(Mutex::new(Some(Arc::new(b))));
+        let mut m = Model::new(slot);
+        let rtt = row(PEER, &[("rtt_p99_mean_5s", 0.001)]);
+        let alarm = |m: &mut Model, rows: &[FeatureRow]| {
+            m.score(rows)
+                .unwrap()
+                .forecasts
+                .iter()
+                .find(|f| f.target == "retrans_storm")
+                .map(|f| f.alarm)
+        };
+        assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(false)));
+        assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(false)));
+        assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(true)));
+        // A tick without the entity's score starts the run again.
+        assert_eq!(alarm(&mut m, &[]), None);
+        assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(false)));
+        // Below the threshold (rtt_spike, 0.18 < 0.5): never up.
+        let f = m.score(std::slice::from_ref(&rtt)).unwrap().forecasts;
+        let spike = f.iter().find(|f| f.target == "rtt_spike").unwrap();
+        assert_eq!(spike.alarm, Some(false));
+    }
 
     #[test]
     fn a_peer_without_rtt_gets_no_rtt_forecast_but_a_throughput_one() {

@@ -256,8 +256,11 @@ fn forecasts(now: &Snapshot, name: &str) -> (Vec<(f64, f64, bool)>, Option<f64>)
     for f in rows {
         let h = f.horizon_s.unwrap_or(0.0);
         if let Some(p) = f.spike_probability {
-            // The model's own operating point, as the ProbeSpikeForecast alert uses it.
-            let alarm = f.threshold.is_some_and(|t| p >= t);
+            // The model's own alarm (its threshold held for its rule's ticks); a daemon
+            // without the rule alarmed at the threshold.
+            let alarm = f
+                .alarm
+                .unwrap_or_else(|| f.threshold.is_some_and(|t| p >= t));
             match spike.iter_mut().find(|s| s.0 == h) {
                 Some(s) => (s.1, s.2) = (s.1.max(p), s.2 || alarm),
                 None => spike.push((h, p, alarm)),

@@ -301,6 +301,10 @@ pub struct Forecast {
     pub spike_probability: Option<f64>,
     /// The probability at and above which the model alarms.
     pub threshold: Option<f64>,
+    /// Whether the model's alarm is up (its threshold held for its rule's ticks); absent
+    /// from daemons before the alarm rule, which alarmed at the threshold.
+    #[serde(default)]
+    pub alarm: Option<bool>,
     pub rtt_forecast_s: Option<f64>,
 }
 

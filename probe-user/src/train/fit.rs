@@ -14,7 +14,7 @@ use super::{
 use crate::{
     dataset::spec::{self, Spec, SPECS},
     dataset::table::FeatureTable,
-    eval::{self, metrics},
+    eval::{self, metrics, operating},
     features::{schema::Schema, FeatureConfig},
     model::{
         bundle::{Calibration, Entry, Manifest, Task, FORMAT, MANIFEST},
@@ -246,6 +246,7 @@ fn fit_one(
         horizon_s,
         task: s.task,
         threshold: None,
+        alarm_for_ticks: 1,
         base: s.base.iter().map(|b| (*b).to_owned()).collect(),
         eps: s.eps,
         calibration: None,
@@ -255,195 +256,316 @@ fn fit_one(
         Task::Regressor => Some(spec::RegressionColumns::new(t, &entry, label)?),
         Task::Classifier => None,
     };
-    let (tr, ytr) = rows_of(t, parts, Part::Train, s, &entry, label, reg.as_ref());
-    let (va, yva) = rows_of(t, parts, Part::Valid, s, &entry, label, reg.as_ref());
-    let (te, yte) = rows_of(t, parts, Part::Test, s, &entry, label, reg.as_ref());
-    let pos = |y: &[f32]| y.iter().filter(|v| **v > 0.5).count();
-    if s.task == Task::Classifier {
-        if pos(&ytr) < 5 || pos(&yva) < 1 {
-            return Ok(Fitted::Skipped(format!(
-                "too few positives (train {}, validation {})",
-                pos(&ytr),
-                pos(&yva)
-            )));
-        }
-    } else if tr.len() < 50 || va.is_empty() {
-        return Ok(Fitted::Skipped(format!(
-            "too few rows (train {}, validation {})",
-            tr.len(),
-            va.len()
-        )));
-    }
-    let nf = names.len() as i32;
-    let xtr = spec::matrix(t, names, &tr)?;
-    let xva = spec::matrix(t, names, &va)?;
-    let mut dtr = Dataset::from_slice(&xtr, &ytr, nf, true).context("LightGBM dataset")?;
-    dtr.set_feature_names(names)
-        .context("LightGBM feature names")?;
-    let dva = Dataset::from_slice_with_reference(&xva, &yva, nf, true, Some(&dtr))
-        .context("LightGBM validation dataset")?;
-    let mut params = json!({
-        "num_iterations": args.rounds,
-        "early_stopping_rounds": 15,
-        "learning_rate": 0.1,
-        "num_leaves": args.leaves,
-        "min_data_in_leaf": 40,
-        "feature_fraction": 0.7,
-        "bagging_fraction": 0.8,
-        "bagging_freq": 1,
-        "lambda_l2": 1.0,
-        "max_bin": 63,
-        "seed": 1,
-        "deterministic": true,
-        "num_threads": 2,
-        "verbosity": -1,
-    });
-    match s.task {
-        Task::Classifier => {
-            // Spikes are rare: weight the positives up, by the square root of the
-            // imbalance (full balancing made scores of calm rows too jumpy to threshold).
-            let (p, n) = (pos(&ytr) as f64, (ytr.len() - pos(&ytr)) as f64);
-            params["objective"] = json!("binary");
-            params["metric"] = json!("average_precision");
-            params["scale_pos_weight"] = json!((n / p).sqrt().max(1.0));
-        }
-        Task::Regressor => {
-            // Forecasts gain little from long ensembles and cost the most bytes.
-            params["num_iterations"] = json!(args.rounds.div_ceil(2));
-            params["objective"] = json!("huber");
-            params["alpha"] = json!(0.5);
-            params["metric"] = json!("l1");
-        }
-    }
-    let lgbm = Lgbm::train_with_valid(dtr, Some(dva), &params)
-        .with_context(|| format!("training {}", s.key(h)))?;
-    let text = lgbm.save_string().context("saving the LightGBM model")?;
-    let ours = Booster::parse(&text)
-        .with_context(|| format!("{}: LightGBM wrote a model probe cannot read", s.key(h)))?;
-
-    let score =
-        |x: &[f64]| -> Vec<f64> { x.chunks(names.len()).map(|r| ours.predict(r)).collect() };
-    let xte = spec::matrix(t, names, &te)?;
-    let (sva, ste) = (score(&xva), score(&xte));
-    // The Rust evaluator against LightGBM's own predictions on every test (or validation) row.
-    let (xchk, schk, chk_name) = if te.is_empty() {
-        (&xva, &sva, "validation")
-    } else {
-        (&xte, &ste, "test")
+    let d = Data {
+        t,
+        parts,
+        s,
+        names,
+        label,
+        horizon_s,
+        train: rows_of(t, parts, Part::Train, s, &entry, label, reg.as_ref()),
+        valid: rows_of(t, parts, Part::Valid, s, &entry, label, reg.as_ref()),
+        test: rows_of(t, parts, Part::Test, s, &entry, label, reg.as_ref()),
     };
-    let theirs = lgbm.predict(xchk, nf, true).context("LightGBM predict")?;
-    let diff = schk
-        .iter()
-        .zip(&theirs)
-        .fold(0.0f64, |d, (a, b)| d.max((a - b).abs()));
-    if diff.is_nan() || diff > MAX_DIFF {
-        bail!(
-            "{}: the Rust evaluator differs from LightGBM by {diff:e} on the {chk_name} rows (limit {MAX_DIFF:e})",
-            s.key(h)
-        );
+    if let Some(why) = d.too_little() {
+        return Ok(Fitted::Skipped(why));
     }
-    let mut baseline_thresholds = BTreeMap::new();
+    let (text, ours, diff) = d.train(args, &s.key(h))?;
     let trees = ours.num_trees();
     if trees < 2 && !args.no_gate {
         return Ok(Fitted::Skipped(format!(
             "gate: {trees} tree(s): early stopping found nothing to learn beyond the prior"
         )));
     }
-    match s.task {
-        Task::Classifier => {
-            let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
-            let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
-            // Calibrated on validation (Platt): the probability then means what it says,
-            // and the threshold is one.
-            match metrics::platt(&sva, &lva) {
-                Some((a, b)) if a > 0.0 => entry.calibration = Some(Calibration { a, b }),
-                // A slope of 0 or below: higher scores mean fewer events on validation.
-                Some((a, _)) if !args.no_gate => {
-                    return Ok(Fitted::Skipped(format!(
-                        "gate: it ranks the validation rows backwards (calibration slope {a:.3})"
-                    )))
-                }
-                _ => {}
-            }
-            let pva: Vec<f64> = sva.iter().map(|&x| entry.probability(x)).collect();
-            let pte: Vec<f64> = ste.iter().map(|&x| entry.probability(x)).collect();
-            let mut thr = metrics::budget_threshold(&pva, &lva, eval::ALARM_BUDGET);
-            if !thr.is_finite() {
-                if !args.no_gate {
-                    return Ok(Fitted::Skipped(format!(
-                        "gate: no threshold keeps the alarm on at most {:.0}% of calm validation rows",
-                        100.0 * eval::ALARM_BUDGET
-                    )));
-                }
-                // Ungated: alarm at the highest validation score only.
-                thr = pva
-                    .iter()
-                    .copied()
-                    .filter(|p| p.is_finite())
-                    .fold(0.0, f64::max);
-            }
-            entry.threshold = Some(thr);
-            let c = metrics::Confusion::at(&pte, &lte, thr);
-            let (_, ece) = metrics::reliability(&pte, &lte, 10);
-            let roc = metrics::roc_auc(&pte, &lte);
-            entry.metrics = json!({
-                "trees": trees,
-                "operating_point": format!("the lowest threshold alarming on at most {:.0}% of calm validation rows", 100.0 * eval::ALARM_BUDGET),
-                "rows": {"train": tr.len(), "validation": va.len(), "test": te.len()},
-                "positives": {"train": pos(&ytr), "validation": pos(&yva), "test": pos(&yte)},
-                "pr_auc_test": metrics::average_precision(&pte, &lte),
-                "roc_auc_test": roc,
-                "f1_test": c.f1(),
-                "precision_test": c.precision(),
-                "recall_test": c.recall(),
-                "time_in_alarm_test": metrics::alarm_share(&pte, &lte, thr),
-                "ece_test": ece,
-            });
-            // The baselines get their thresholds the same way, on the same rows.
-            for (name, scores) in eval::baseline_scores(t, s, horizon_s, &va)? {
-                let bt = metrics::budget_threshold(&scores, &lva, eval::ALARM_BUDGET);
-                // A baseline that never has a finite score gets no threshold (eval then
-                // fits one on its data and says so).
-                if bt.is_finite() {
-                    baseline_thresholds.insert(name.to_owned(), bt);
-                }
-            }
-            if !args.no_gate {
-                if let Some(why) = gate(t, s, horizon_s, &te, &pte, &lte, roc)? {
-                    return Ok(Fitted::Skipped(format!("gate: {why}")));
-                }
-            }
-        }
+    let baseline_thresholds = match s.task {
+        Task::Classifier => match d.finish_classifier(args, &ours, &mut entry)? {
+            Ok(b) => b,
+            Err(why) => return Ok(Fitted::Skipped(why)),
+        },
         Task::Regressor => {
-            // MAE in the target's own unit, against persistence (the value now).
-            let (mut m, mut p, mut n) = (0.0, 0.0, 0usize);
-            for (&r, f) in te.iter().zip(&ste) {
-                let base = reg.as_ref().and_then(|g| g.base(r)).unwrap_or_default();
-                m += (entry.forecast(*f, base) - label[r]).abs();
-                p += (base - label[r]).abs();
-                n += 1;
+            if let Some(why) = d.finish_regressor(args, &ours, &mut entry, reg.as_ref())? {
+                return Ok(Fitted::Skipped(why));
             }
-            entry.metrics = json!({
-                "trees": trees,
-                "rows": {"train": tr.len(), "validation": va.len(), "test": te.len()},
-                "mae_test": (n > 0).then(|| m / n as f64),
-                "mae_persistence_test": (n > 0).then(|| p / n as f64),
-            });
-            if !args.no_gate && n > 0 && m >= p {
-                return Ok(Fitted::Skipped(format!(
-                    "gate: test MAE {:.4e} is not below persistence's {:.4e}",
-                    m / n as f64,
-                    p / n as f64
-                )));
-            }
+            BTreeMap::new()
         }
-    }
+    };
     Ok(Fitted::Model {
         entry: Box::new(entry),
         text,
         diff,
         baseline_thresholds,
     })
+}
+
+/// One model's rows and labels, by part.
+struct Data<'a> {
+    t: &'a FeatureTable,
+    parts: &'a [Part],
+    s: &'a Spec,
+    names: &'a [String],
+    label: &'a [f64],
+    horizon_s: f64,
+    train: (Vec<usize>, Vec<f32>),
+    valid: (Vec<usize>, Vec<f32>),
+    test: (Vec<usize>, Vec<f32>),
+}
+
+fn positives(y: &[f32]) -> usize {
+    y.iter().filter(|v| **v > 0.5).count()
+}
+
+impl Data<'_> {
+    /// Why there is too little to learn from, if there is.
+    fn too_little(&self) -> Option<String> {
+        let (tr, ytr) = &self.train;
+        let (va, yva) = &self.valid;
+        if self.s.task == Task::Classifier {
+            (positives(ytr) < 5 || positives(yva) < 1).then(|| {
+                format!(
+                    "too few positives (train {}, validation {})",
+                    positives(ytr),
+                    positives(yva)
+                )
+            })
+        } else {
+            (tr.len() < 50 || va.is_empty()).then(|| {
+                format!(
+                    "too few rows (train {}, validation {})",
+                    tr.len(),
+                    va.len()
+                )
+            })
+        }
+    }
+
+    /// Fits LightGBM with early stopping on validation; returns the model's text, the Rust
+    /// evaluator's reading of it and its largest difference from LightGBM's own predictions
+    /// on every test (or validation) row.
+    fn train(&self, args: &TrainArgs, key: &str) -> Result<(String, Booster, f64)> {
+        let (tr, ytr) = &self.train;
+        let (va, yva) = &self.valid;
+        let nf = self.names.len() as i32;
+        let xtr = spec::matrix(self.t, self.names, tr)?;
+        let xva = spec::matrix(self.t, self.names, va)?;
+        let mut dtr = Dataset::from_slice(&xtr, ytr, nf, true).context("LightGBM dataset")?;
+        dtr.set_feature_names(self.names)
+            .context("LightGBM feature names")?;
+        let dva = Dataset::from_slice_with_reference(&xva, yva, nf, true, Some(&dtr))
+            .context("LightGBM validation dataset")?;
+        let params = self.params(args);
+        let lgbm = Lgbm::train_with_valid(dtr, Some(dva), &params)
+            .with_context(|| format!("training {key}"))?;
+        let text = lgbm.save_string().context("saving the LightGBM model")?;
+        let ours = Booster::parse(&text)
+            .with_context(|| format!("{key}: LightGBM wrote a model probe cannot read"))?;
+        // The Rust evaluator against LightGBM's own predictions.
+        let (rows, which) = if self.test.0.is_empty() {
+            (va, "validation")
+        } else {
+            (&self.test.0, "test")
+        };
+        let x = spec::matrix(self.t, self.names, rows)?;
+        let theirs = lgbm.predict(&x, nf, true).context("LightGBM predict")?;
+        let diff = x
+            .chunks(self.names.len())
+            .map(|r| ours.predict(r))
+            .zip(&theirs)
+            .fold(0.0f64, |d, (a, b)| d.max((a - b).abs()));
+        if diff.is_nan() || diff > MAX_DIFF {
+            bail!(
+                "{key}: the Rust evaluator differs from LightGBM by {diff:e} on the {which} rows (limit {MAX_DIFF:e})"
+            );
+        }
+        Ok((text, ours, diff))
+    }
+
+    fn params(&self, args: &TrainArgs) -> serde_json::Value {
+        let mut params = json!({
+            "num_iterations": args.rounds,
+            "early_stopping_rounds": 15,
+            "learning_rate": 0.1,
+            "num_leaves": args.leaves,
+            "min_data_in_leaf": 40,
+            "feature_fraction": 0.7,
+            "bagging_fraction": 0.8,
+            "bagging_freq": 1,
+            "lambda_l2": 1.0,
+            "max_bin": 63,
+            "seed": 1,
+            "deterministic": true,
+            "num_threads": 2,
+            "verbosity": -1,
+        });
+        match self.s.task {
+            Task::Classifier => {
+                // Spikes are rare: weight the positives up, by the square root of the
+                // imbalance (full balancing made scores of calm rows too jumpy to threshold).
+                let ytr = &self.train.1;
+                let (p, n) = (positives(ytr) as f64, (ytr.len() - positives(ytr)) as f64);
+                params["objective"] = json!("binary");
+                params["metric"] = json!("average_precision");
+                params["scale_pos_weight"] = json!((n / p).sqrt().max(1.0));
+            }
+            Task::Regressor => {
+                // Forecasts gain little from long ensembles and cost the most bytes.
+                params["num_iterations"] = json!(args.rounds.div_ceil(2));
+                params["objective"] = json!("huber");
+                params["alpha"] = json!(0.5);
+                params["metric"] = json!("l1");
+            }
+        }
+        params
+    }
+
+    /// The model's raw output on `rows`.
+    fn raw(&self, ours: &Booster, rows: &[usize]) -> Result<Vec<f64>> {
+        let x = spec::matrix(self.t, self.names, rows)?;
+        Ok(x.chunks(self.names.len()).map(|r| ours.predict(r)).collect())
+    }
+
+    /// The series of one part (every row of the kind, labelled or not), and the model's
+    /// calibrated probability on them (one value per table row, NaN elsewhere): what the
+    /// alarm rule runs over.
+    fn part_scores(
+        &self,
+        ours: &Booster,
+        entry: &Entry,
+        part: Part,
+    ) -> Result<(Vec<Vec<usize>>, Vec<f64>)> {
+        let series: Vec<Vec<usize>> = spec::series(self.t, self.s.entity_kind)
+            .into_iter()
+            .map(|rows| rows.into_iter().filter(|&r| self.parts[r] == part).collect())
+            .filter(|rows: &Vec<usize>| !rows.is_empty())
+            .collect();
+        let all: Vec<usize> = series.iter().flatten().copied().collect();
+        let mut p = vec![f64::NAN; self.t.len()];
+        for (&r, raw) in all.iter().zip(self.raw(ours, &all)?) {
+            p[r] = entry.probability(raw);
+        }
+        Ok((series, p))
+    }
+
+    /// Calibration, the operating point (threshold and hold) on validation, the test
+    /// figures and the gate; the baselines' thresholds, or why the model is skipped.
+    fn finish_classifier(
+        &self,
+        args: &TrainArgs,
+        ours: &Booster,
+        entry: &mut Entry,
+    ) -> Result<std::result::Result<BTreeMap<String, f64>, String>> {
+        let (va, yva) = &self.valid;
+        let (te, yte) = &self.test;
+        let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
+        let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
+        // Calibrated on validation (Platt): the probability then means what it says, and
+        // the threshold is one.
+        match metrics::platt(&self.raw(ours, va)?, &lva) {
+            Some((a, b)) if a > 0.0 => entry.calibration = Some(Calibration { a, b }),
+            // A slope of 0 or below: higher scores mean fewer events on validation.
+            Some((a, _)) if !args.no_gate => {
+                return Ok(Err(format!(
+                    "gate: it ranks the validation rows backwards (calibration slope {a:.3})"
+                )))
+            }
+            _ => {}
+        }
+        let (vseries, vp) = self.part_scores(ours, entry, Part::Valid)?;
+        let op = operating::choose(self.t, &vseries, &vp, self.label, eval::ALARM_BUDGET);
+        let op = match op {
+            Some(op) => op,
+            None if !args.no_gate => {
+                return Ok(Err(format!(
+                    "gate: no threshold keeps the alarm on at most {:.0}% of calm validation rows",
+                    100.0 * eval::ALARM_BUDGET
+                )))
+            }
+            // Ungated: alarm at the highest validation score only.
+            None => operating::OperatingPoint {
+                for_ticks: 1,
+                threshold: va.iter().map(|&r| vp[r]).filter(|p| p.is_finite()).fold(0.0, f64::max),
+                false_alarms_per_hour: f64::NAN,
+            },
+        };
+        entry.threshold = Some(op.threshold);
+        entry.alarm_for_ticks = op.for_ticks;
+        let (tseries, tp) = self.part_scores(ours, entry, Part::Test)?;
+        let pte: Vec<f64> = te.iter().map(|&r| tp[r]).collect();
+        let held = operating::held_column(self.t, &tseries, &tp, op.for_ticks);
+        let hte: Vec<f64> = te.iter().map(|&r| held[r]).collect();
+        let c = metrics::Confusion::at(&hte, &lte, op.threshold);
+        let (_, ece) = metrics::reliability(&pte, &lte, 10);
+        let roc = metrics::roc_auc(&pte, &lte);
+        let test_hours = te.len() as f64 * operating::median_tick(self.t, &tseries) / 3600.0;
+        let test_fa = operating::false_alarms(&tseries, &held, op.threshold, self.label);
+        entry.metrics = json!({
+            "trees": ours.num_trees(),
+            "operating_point": format!(
+                "the lowest threshold alarming on at most {:.0}% of calm validation rows, held for the shortest of {:?} ticks with at most {} false alarms per entity-hour on validation",
+                100.0 * eval::ALARM_BUDGET,
+                operating::HOLDS,
+                operating::MAX_FALSE_ALARMS_PER_HOUR
+            ),
+            "false_alarms_per_hour_validation": op.false_alarms_per_hour,
+            "rows": {"train": self.train.0.len(), "validation": va.len(), "test": te.len()},
+            "positives": {"train": positives(&self.train.1), "validation": positives(yva), "test": positives(yte)},
+            "pr_auc_test": metrics::average_precision(&pte, &lte),
+            "roc_auc_test": roc,
+            "f1_test": c.f1(),
+            "precision_test": c.precision(),
+            "recall_test": c.recall(),
+            "time_in_alarm_test": metrics::alarm_share(&hte, &lte, op.threshold),
+            "false_alarms_per_hour_test": (test_hours > 0.0).then(|| test_fa as f64 / test_hours),
+            "ece_test": ece,
+        });
+        // The baselines get their thresholds the same way, on the same rows.
+        let mut baseline_thresholds = BTreeMap::new();
+        for (name, scores) in eval::baseline_scores(self.t, self.s, self.horizon_s, va)? {
+            let bt = metrics::budget_threshold(&scores, &lva, eval::ALARM_BUDGET);
+            // A baseline that never has a finite score gets no threshold (eval then fits
+            // one on its data and says so).
+            if bt.is_finite() {
+                baseline_thresholds.insert(name.to_owned(), bt);
+            }
+        }
+        if !args.no_gate {
+            if let Some(why) = gate(self.t, self.s, self.horizon_s, te, &pte, &lte, roc)? {
+                return Ok(Err(format!("gate: {why}")));
+            }
+        }
+        Ok(Ok(baseline_thresholds))
+    }
+
+    /// The test MAE in the target's own unit against persistence (the value now); why the
+    /// model is skipped if it does not beat it.
+    fn finish_regressor(
+        &self,
+        args: &TrainArgs,
+        ours: &Booster,
+        entry: &mut Entry,
+        reg: Option<&spec::RegressionColumns>,
+    ) -> Result<Option<String>> {
+        let te = &self.test.0;
+        let (mut m, mut p, mut n) = (0.0, 0.0, 0usize);
+        for (&r, f) in te.iter().zip(self.raw(ours, te)?) {
+            let base = reg.and_then(|g| g.base(r)).unwrap_or_default();
+            m += (entry.forecast(f, base) - self.label[r]).abs();
+            p += (base - self.label[r]).abs();
+            n += 1;
+        }
+        entry.metrics = json!({
+            "trees": ours.num_trees(),
+            "rows": {"train": self.train.0.len(), "validation": self.valid.0.len(), "test": te.len()},
+            "mae_test": (n > 0).then(|| m / n as f64),
+            "mae_persistence_test": (n > 0).then(|| p / n as f64),
+        });
+        Ok((!args.no_gate && n > 0 && m >= p).then(|| {
+            format!(
+                "gate: test MAE {:.4e} is not below persistence's {:.4e}",
+                m / n as f64,
+                p / n as f64
+            )
+        }))
+    }
 }
 
 /// Writes the models and then the manifest (a reader that sees the manifest sees the
