@@ -76,7 +76,7 @@ pub fn baseline_scores(
 }
 
 /// Each baseline's score for every row of the table (NaN for rows of other kinds).
-fn baseline_columns(
+pub fn baseline_columns(
     t: &FeatureTable,
     s: &Spec,
     horizon_s: f64,
@@ -408,7 +408,7 @@ fn classifier(
         .filter(|&r| label[r].is_finite())
         .collect();
     let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
-    let cols = columns(t, s, e, b, names, bundle, &series, &known, &lb)?;
+    let cols = columns(t, s, e, b, names, bundle, &series)?;
     let judged = Judged {
         t,
         series: &series,
@@ -463,8 +463,6 @@ fn columns(
     names: &[String],
     bundle: &Bundle,
     series: &[Vec<usize>],
-    known: &[usize],
-    lb: &[bool],
 ) -> Result<Vec<Column>> {
     let all: Vec<usize> = series.iter().flatten().copied().collect();
     let x = spec::matrix(t, names, &all)?;
@@ -478,29 +476,35 @@ fn columns(
         score,
         threshold: e.threshold.unwrap_or(f64::INFINITY),
     }];
-    // The baselines' validation thresholds, if the bundle chose them the way this judges
-    // (a bundle from before the alarm budget has thresholds of other rules).
-    let learnt = bundle
-        .manifest
+    // The baselines' validation operating points, if the bundle chose them the way this
+    // judges (a bundle from before the alarm budget has thresholds of other rules).
+    let key = s.key(&e.horizon);
+    let m = &bundle.manifest;
+    let learnt = m
         .baselines
-        .get(&s.key(&e.horizon))
-        .filter(|_| bundle.manifest.data["alarm_budget"].as_f64() == Some(ALARM_BUDGET));
+        .get(&key)
+        .filter(|_| m.data["alarm_budget"].as_f64() == Some(ALARM_BUDGET));
     for (name, col) in baseline_columns(t, s, e.horizon_s, series)? {
-        let (threshold, shown) = match learnt.and_then(|m| m.get(name)) {
-            Some(t) => (*t, name.to_owned()),
-            // No validation threshold in the manifest: the budget's on this very data,
-            // which flatters the baseline (said in its name).
+        let (threshold, hold, shown) = match learnt.and_then(|b| b.get(name)) {
+            Some(t) => {
+                let hold = m.baseline_holds.get(&key).and_then(|h| h.get(name));
+                (*t, hold.copied().unwrap_or(1), name.to_owned())
+            }
+            // No validation operating point in the manifest: the budget's on this very
+            // data, which flatters the baseline (said in its name).
             None => {
-                let sc: Vec<f64> = known.iter().map(|&r| col[r]).collect();
+                let label = t.column(&s.label(&e.horizon))?;
+                let op = operating::choose(t, series, &col, label, ALARM_BUDGET);
                 (
-                    metrics::budget_threshold(&sc, lb, ALARM_BUDGET),
+                    op.map_or(f64::INFINITY, |o| o.threshold),
+                    op.map_or(1, |o| o.for_ticks),
                     format!("{name} (threshold fit on this data)"),
                 )
             }
         };
         cols.push(Column {
             name: shown,
-            alarm: col.clone(),
+            alarm: operating::held_column(t, series, &col, hold),
             score: col,
             threshold,
         });

@@ -164,6 +164,10 @@ pub struct Manifest {
     /// per "{target}_{horizon}" and baseline.
     #[serde(default)]
     pub baselines: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The baselines' alarm holds (model::alarm), chosen with their thresholds the way the
+    /// models' are (absent: 1 tick).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub baseline_holds: BTreeMap<String, BTreeMap<String, u32>>,
     /// What the models saw: files, recordings, rows per split.
     #[serde(default)]
     pub data: serde_json::Value,

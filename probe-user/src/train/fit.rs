@@ -61,6 +61,7 @@ pub fn main(args: TrainArgs) -> Result<()> {
     let mut entries = Vec::new();
     let mut texts = Vec::new();
     let mut baselines = BTreeMap::new();
+    let mut baseline_holds = BTreeMap::new();
     let mut skipped = Vec::new();
     let mut worst_diff = 0.0f64;
     for (s, h) in jobs {
@@ -86,7 +87,7 @@ pub fn main(args: TrainArgs) -> Result<()> {
                 entry,
                 text,
                 diff,
-                baseline_thresholds,
+                baselines: chosen,
             } => {
                 say(
                     &bar,
@@ -98,8 +99,12 @@ pub fn main(args: TrainArgs) -> Result<()> {
                 );
                 worst_diff = worst_diff.max(diff);
                 features.insert(s.entity_kind.to_owned(), names);
-                if !baseline_thresholds.is_empty() {
-                    baselines.insert(s.key(h), baseline_thresholds);
+                if !chosen.is_empty() {
+                    let key = s.key(h);
+                    let thr = chosen.iter().map(|(n, o)| (n.clone(), o.threshold));
+                    baselines.insert(key.clone(), thr.collect());
+                    let holds = chosen.iter().map(|(n, o)| (n.clone(), o.for_ticks));
+                    baseline_holds.insert(key, holds.collect());
                 }
                 entries.push(*entry);
                 texts.push(text);
@@ -133,6 +138,7 @@ pub fn main(args: TrainArgs) -> Result<()> {
         features,
         models: entries,
         baselines,
+        baseline_holds,
         data: json!({
             "files": files,
             "recordings": recordings,
@@ -189,7 +195,7 @@ enum Fitted {
         entry: Box<Entry>,
         text: String,
         diff: f64,
-        baseline_thresholds: BTreeMap<String, f64>,
+        baselines: BTreeMap<String, operating::OperatingPoint>,
     },
 }
 
@@ -277,7 +283,7 @@ fn fit_one(
             "gate: {trees} tree(s): early stopping found nothing to learn beyond the prior"
         )));
     }
-    let baseline_thresholds = match s.task {
+    let baselines = match s.task {
         Task::Classifier => match d.finish_classifier(args, &ours, &mut entry)? {
             Ok(b) => b,
             Err(why) => return Ok(Fitted::Skipped(why)),
@@ -293,7 +299,7 @@ fn fit_one(
         entry: Box::new(entry),
         text,
         diff,
-        baseline_thresholds,
+        baselines,
     })
 }
 
@@ -452,7 +458,7 @@ impl Data<'_> {
         args: &TrainArgs,
         ours: &Booster,
         entry: &mut Entry,
-    ) -> Result<std::result::Result<BTreeMap<String, f64>, String>> {
+    ) -> Result<std::result::Result<BTreeMap<String, operating::OperatingPoint>, String>> {
         let (va, yva) = &self.valid;
         let (te, yte) = &self.test;
         let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
@@ -517,14 +523,16 @@ impl Data<'_> {
             "false_alarms_per_hour_test": (test_hours > 0.0).then(|| test_fa as f64 / test_hours),
             "ece_test": ece,
         });
-        // The baselines get their thresholds the same way, on the same rows.
-        let mut baseline_thresholds = BTreeMap::new();
-        for (name, scores) in eval::baseline_scores(self.t, self.s, self.horizon_s, va)? {
-            let bt = metrics::budget_threshold(&scores, &lva, eval::ALARM_BUDGET);
-            // A baseline that never has a finite score gets no threshold (eval then fits
-            // one on its data and says so).
-            if bt.is_finite() {
-                baseline_thresholds.insert(name.to_owned(), bt);
+        // The baselines get their operating points the same way, on the same rows.
+        let mut baselines = BTreeMap::new();
+        let all = spec::series(self.t, self.s.entity_kind);
+        for (name, col) in eval::baseline_columns(self.t, self.s, self.horizon_s, &all)? {
+            // A baseline that never has a finite score gets none (eval then fits one on its
+            // data and says so).
+            if let Some(op) =
+                operating::choose(self.t, &vseries, &col, self.label, eval::ALARM_BUDGET)
+            {
+                baselines.insert(name.to_owned(), op);
             }
         }
         if !args.no_gate {
@@ -532,7 +540,7 @@ impl Data<'_> {
                 return Ok(Err(format!("gate: {why}")));
             }
         }
-        Ok(Ok(baseline_thresholds))
+        Ok(Ok(baselines))
     }
 
     /// The test MAE in the target's own unit against persistence (the value now); why the
