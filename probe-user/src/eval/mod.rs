@@ -638,7 +638,6 @@ pub fn bootstrap_groups<'a>(
     by.into_iter().unzip()
 }
 
-
 /// Bootstrap intervals by recording: every scorer's PR-AUC, the model's lead over each
 /// baseline on the same resamples, and each scorer's share of onsets caught before.
 fn intervals(

@@ -66,7 +66,20 @@ mod tests {
 
     #[test]
     fn held_scores_alarm_exactly_where_the_rule_does() {
-        let p = [0.6, 0.7, 0.4, 0.6, 0.6, 0.9, 0.5, 0.1, 0.8, 0.8, f64::NAN, 0.9];
+        let p = [
+            0.6,
+            0.7,
+            0.4,
+            0.6,
+            0.6,
+            0.9,
+            0.5,
+            0.1,
+            0.8,
+            0.8,
+            f64::NAN,
+            0.9,
+        ];
         let mut gap = [false; 12];
         gap[8] = true; // tick 8 comes after a missing tick: its run starts again
         let h = held(&p, &gap, 3);
@@ -84,7 +97,10 @@ mod tests {
                 assert_eq!(alarmed, h[i] >= thr, "tick {i} at {thr}: held {}", h[i]);
             }
         }
-        assert!(h[9].is_nan(), "two ticks after the gap: not yet a run of three");
+        assert!(
+            h[9].is_nan(),
+            "two ticks after the gap: not yet a run of three"
+        );
         assert!(h[11].is_nan(), "a tick without a score breaks the run");
         assert_eq!(held(&p, &gap, 1)[..3], p[..3]);
     }

@@ -334,13 +334,8 @@ impl Data<'_> {
                 )
             })
         } else {
-            (tr.len() < 50 || va.is_empty()).then(|| {
-                format!(
-                    "too few rows (train {}, validation {})",
-                    tr.len(),
-                    va.len()
-                )
-            })
+            (tr.len() < 50 || va.is_empty())
+                .then(|| format!("too few rows (train {}, validation {})", tr.len(), va.len()))
         }
     }
 
@@ -426,7 +421,9 @@ impl Data<'_> {
     /// The model's raw output on `rows`.
     fn raw(&self, ours: &Booster, rows: &[usize]) -> Result<Vec<f64>> {
         let x = spec::matrix(self.t, self.names, rows)?;
-        Ok(x.chunks(self.names.len()).map(|r| ours.predict(r)).collect())
+        Ok(x.chunks(self.names.len())
+            .map(|r| ours.predict(r))
+            .collect())
     }
 
     /// The series of one part (every row of the kind, labelled or not), and the model's
@@ -440,7 +437,11 @@ impl Data<'_> {
     ) -> Result<(Vec<Vec<usize>>, Vec<f64>)> {
         let series: Vec<Vec<usize>> = spec::series(self.t, self.s.entity_kind)
             .into_iter()
-            .map(|rows| rows.into_iter().filter(|&r| self.parts[r] == part).collect())
+            .map(|rows| {
+                rows.into_iter()
+                    .filter(|&r| self.parts[r] == part)
+                    .collect()
+            })
             .filter(|rows: &Vec<usize>| !rows.is_empty())
             .collect();
         let all: Vec<usize> = series.iter().flatten().copied().collect();
@@ -488,7 +489,11 @@ impl Data<'_> {
             // Ungated: alarm at the highest validation score only.
             None => operating::OperatingPoint {
                 for_ticks: 1,
-                threshold: va.iter().map(|&r| vp[r]).filter(|p| p.is_finite()).fold(0.0, f64::max),
+                threshold: va
+                    .iter()
+                    .map(|&r| vp[r])
+                    .filter(|p| p.is_finite())
+                    .fold(0.0, f64::max),
                 false_alarms_per_hour: f64::NAN,
             },
         };
