@@ -298,6 +298,16 @@ fn tokens(s: &str) -> impl Iterator<Item = &str> {
     s.split(' ').filter(|t| !t.is_empty())
 }
 
+/// What the header of a model says, checked.
+struct Header {
+    max_feature_idx: u32,
+    num_features: usize,
+    feature_names: Vec<String>,
+    objective: Objective,
+    average_output: bool,
+    tree_sizes: Option<Vec<usize>>,
+}
+
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
@@ -383,7 +393,35 @@ impl<'a> Parser<'a> {
     }
 
     fn parse(mut self) -> Result<Booster> {
-        // ---- header ----
+        let h = self.header()?;
+        let forest = self.trees(&h)?;
+        let n_trees = forest.roots.len();
+        if n_trees == 0 {
+            bail!("model has no trees");
+        }
+        if let Some(sizes) = &h.tree_sizes {
+            if sizes.len() != n_trees {
+                bail!(
+                    "tree_sizes lists {} trees, the file has {n_trees}",
+                    sizes.len()
+                );
+            }
+        }
+        let (roots, group_depth, nodes, cat_words) = forest.finish();
+        Ok(Booster {
+            feature_names: h.feature_names,
+            objective: h.objective,
+            average_output: h.average_output,
+            num_features: h.num_features,
+            roots,
+            group_depth,
+            nodes,
+            cat_words,
+        })
+    }
+
+    /// The header, up to the first tree: checked, and what the trees and the booster need.
+    fn header(&mut self) -> Result<Header> {
         let first = loop {
             match self.next_line() {
                 None => bail!("empty model text"),
@@ -443,30 +481,7 @@ impl<'a> Parser<'a> {
         if get("label_index").is_none() {
             bail!("header has no label_index");
         }
-        let max_idx = get("max_feature_idx")
-            .ok_or_else(|| anyhow!("unknown feature count: header has no max_feature_idx"))?;
-        let max_feature_idx: u32 = max_idx.trim().parse().map_err(|_| {
-            anyhow!(
-                "unknown feature count: max_feature_idx {} is not a count",
-                clip(max_idx)
-            )
-        })?;
-        let num_features = (max_feature_idx as usize).saturating_add(1);
-        let names = get("feature_names").ok_or_else(|| anyhow!("header has no feature_names"))?;
-        let feature_names: Vec<String> = tokens(names).map(str::to_owned).collect();
-        if feature_names.len() != num_features {
-            bail!(
-                "feature_names has {} names, max_feature_idx={max_feature_idx} needs {num_features}",
-                feature_names.len()
-            );
-        }
-        let infos = get("feature_infos").ok_or_else(|| anyhow!("header has no feature_infos"))?;
-        let n_infos = tokens(infos).count();
-        if n_infos != num_features {
-            bail!(
-                "feature_infos has {n_infos} entries, max_feature_idx={max_feature_idx} needs {num_features}"
-            );
-        }
+        let (max_feature_idx, num_features, feature_names) = feature_header(&header)?;
         let objective = match get("objective") {
             Some(o) => Objective::parse(o)?,
             None => Objective::Regression,
@@ -481,8 +496,18 @@ impl<'a> Parser<'a> {
                     .map_err(|_| anyhow!("tree_sizes has a value that is not a count"))?,
             ),
         };
+        Ok(Header {
+            max_feature_idx,
+            num_features,
+            feature_names,
+            objective,
+            average_output,
+            tree_sizes,
+        })
+    }
 
-        // ---- trees ----
+    /// Every tree, up to "end of trees".
+    fn trees(&mut self, h: &Header) -> Result<Forest> {
         let mut forest = Forest::new();
         loop {
             let start = self.pos;
@@ -498,93 +523,78 @@ impl<'a> Parser<'a> {
             if line == "end of trees" {
                 break;
             }
-            let i = forest.roots.len();
-            if self.at_partial_eof() {
-                bail!("truncated: file ends in the middle of line {}", clip(line));
-            }
-            let Some(id) = line.strip_prefix("Tree=") else {
-                bail!(
-                    "expected \"Tree={i}\" or \"end of trees\", found {}",
-                    clip(line)
-                );
-            };
-            if id.parse::<usize>().ok() != Some(i) {
-                bail!("expected \"Tree={i}\", found {}", clip(line));
-            }
-            let mut fields = Fields {
-                tree: i,
-                kv: Vec::new(),
-            };
-            let mut hit_eof = true;
-            while let Some(l) = self.next_line() {
-                if l.is_empty() {
-                    hit_eof = false;
-                    break;
-                }
-                let Some((k, v)) = l.split_once('=') else {
-                    if self.at_partial_eof() {
-                        bail!("truncated: tree {i} ends in the middle of line {}", clip(l));
-                    }
-                    bail!("tree {i}: malformed line {}", clip(l));
-                };
-                if fields.get(k).is_some() {
-                    bail!("tree {i}: duplicate key {}", clip(k));
-                }
-                fields.kv.push((k, v));
-            }
-            let parsed = forest.push_tree(&fields, max_feature_idx);
-            if hit_eof {
-                return Err(match parsed {
-                    Err(e) => anyhow!("truncated: {e}"),
-                    Ok(()) => anyhow!("truncated: file ends inside tree {i}"),
-                });
-            }
-            parsed?;
-            // LightGBM writes "Tree=i\n" + tree + "\n" with the tree ending in "\n\n":
-            // the blank lines belong to the block that tree_sizes measures
-            while self.peek_line() == Some("") {
-                self.next_line();
-            }
-            if self.peek_line().is_none() {
-                bail!("truncated: no \"end of trees\" after tree {i}");
-            }
-            if let Some(sizes) = &tree_sizes {
-                let len = self.pos - start;
-                match sizes.get(i) {
-                    None => bail!(
-                        "tree_sizes lists {} trees but the file has more",
-                        sizes.len()
-                    ),
-                    Some(&s) if s != len => bail!(
-                        "tree_sizes mismatch: tree {i} block is {len} bytes, tree_sizes says {s} (file edited or line endings changed?)"
-                    ),
-                    Some(_) => {}
-                }
-            }
+            self.tree(&mut forest, h, start, line)?;
         }
-        let n_trees = forest.roots.len();
-        if n_trees == 0 {
-            bail!("model has no trees");
+        Ok(forest)
+    }
+
+    /// One tree's block, from its "Tree=i" line (`line`, which began at `start`) to the
+    /// blank lines after it, checked against `tree_sizes`.
+    fn tree(&mut self, forest: &mut Forest, h: &Header, start: usize, line: &str) -> Result<()> {
+        let i = forest.roots.len();
+        if self.at_partial_eof() {
+            bail!("truncated: file ends in the middle of line {}", clip(line));
         }
-        if let Some(sizes) = &tree_sizes {
-            if sizes.len() != n_trees {
-                bail!(
-                    "tree_sizes lists {} trees, the file has {n_trees}",
+        let Some(id) = line.strip_prefix("Tree=") else {
+            bail!(
+                "expected \"Tree={i}\" or \"end of trees\", found {}",
+                clip(line)
+            );
+        };
+        if id.parse::<usize>().ok() != Some(i) {
+            bail!("expected \"Tree={i}\", found {}", clip(line));
+        }
+        let mut fields = Fields {
+            tree: i,
+            kv: Vec::new(),
+        };
+        let mut hit_eof = true;
+        while let Some(l) = self.next_line() {
+            if l.is_empty() {
+                hit_eof = false;
+                break;
+            }
+            let Some((k, v)) = l.split_once('=') else {
+                if self.at_partial_eof() {
+                    bail!("truncated: tree {i} ends in the middle of line {}", clip(l));
+                }
+                bail!("tree {i}: malformed line {}", clip(l));
+            };
+            if fields.get(k).is_some() {
+                bail!("tree {i}: duplicate key {}", clip(k));
+            }
+            fields.kv.push((k, v));
+        }
+        let parsed = forest.push_tree(&fields, h.max_feature_idx);
+        if hit_eof {
+            return Err(match parsed {
+                Err(e) => anyhow!("truncated: {e}"),
+                Ok(()) => anyhow!("truncated: file ends inside tree {i}"),
+            });
+        }
+        parsed?;
+        // LightGBM writes "Tree=i\n" + tree + "\n" with the tree ending in "\n\n":
+        // the blank lines belong to the block that tree_sizes measures
+        while self.peek_line() == Some("") {
+            self.next_line();
+        }
+        if self.peek_line().is_none() {
+            bail!("truncated: no \"end of trees\" after tree {i}");
+        }
+        if let Some(sizes) = &h.tree_sizes {
+            let len = self.pos - start;
+            match sizes.get(i) {
+                None => bail!(
+                    "tree_sizes lists {} trees but the file has more",
                     sizes.len()
-                );
+                ),
+                Some(&s) if s != len => bail!(
+                    "tree_sizes mismatch: tree {i} block is {len} bytes, tree_sizes says {s} (file edited or line endings changed?)"
+                ),
+                Some(_) => {}
             }
         }
-        let (roots, group_depth, nodes, cat_words) = forest.finish();
-        Ok(Booster {
-            feature_names,
-            objective,
-            average_output,
-            num_features,
-            roots,
-            group_depth,
-            nodes,
-            cat_words,
-        })
+        Ok(())
     }
 }
 
@@ -672,7 +682,54 @@ impl Forest {
         let left: Vec<i32> = f.list("left_child", f.required("left_child")?, n, why)?;
         let right: Vec<i32> = f.list("right_child", f.required("right_child")?, n, why)?;
 
-        // categorical bitsets
+        let (cat_offsets, cat_words) = self.cat_sets(f, num_cat)?;
+
+        let depth = check_structure(i, num_leaves, &left, &right)?;
+
+        let child_index = |c: i32| {
+            if c >= 0 {
+                index(c as usize)
+            } else {
+                index(n + !c as usize)
+            }
+        };
+        let mut nodes = Vec::with_capacity(n + num_leaves);
+        for j in 0..n {
+            let feature = split_feature[j];
+            if feature > max_feature_idx {
+                bail!(
+                    "tree {i}: split_feature {feature} at node {j} is beyond max_feature_idx={max_feature_idx}"
+                );
+            }
+            let t = threshold[j];
+            if t.is_nan() {
+                bail!("tree {i}: threshold {j} is NaN");
+            }
+            let d = decision_type[j];
+            if !(0..=15).contains(&d) {
+                bail!("tree {i}: decision_type {d} at node {j} is not in 0..15");
+            }
+            let (flags, value) = split(i, j, d, t, num_cat, &cat_offsets)?;
+            nodes.push(Node {
+                value,
+                feature,
+                children: [child_index(left[j])?, child_index(right[j])?],
+                flags,
+            });
+        }
+        leaf_nodes(&mut nodes)?;
+
+        self.roots.push(index(0)?);
+        self.depths.push(depth);
+        self.nodes.extend_from_slice(&nodes);
+        self.cat_words.extend_from_slice(&cat_words);
+        Ok(())
+    }
+
+    /// The categorical bitsets of a tree: each split's offset into the booster's words
+    /// (after those of the trees before), and the words (length, then the set).
+    fn cat_sets(&self, f: &Fields, num_cat: usize) -> Result<(Vec<usize>, Vec<u32>)> {
+        let i = f.tree;
         let mut cat_offsets: Vec<usize> = Vec::new();
         let mut cat_words: Vec<u32> = Vec::new();
         if num_cat > 0 {
@@ -698,119 +755,123 @@ impl Forest {
                 cat_words.extend_from_slice(&words[w[0]..w[1]]);
             }
         }
+        Ok((cat_offsets, cat_words))
+    }
+}
 
-        // structure: every internal node and leaf reached exactly once from the root
-        // (child >= 0 is an internal node, child < 0 is leaf ~child)
-        let mut seen_node = vec![false; n];
-        let mut seen_leaf = vec![false; num_leaves];
-        seen_node[0] = true;
-        let mut depth = 0u32;
-        let mut stack = vec![(0usize, 0u32)];
-        while let Some((node, d)) = stack.pop() {
-            for child in [left[node], right[node]] {
-                if child >= 0 {
-                    let c = child as usize;
-                    if c >= n {
-                        bail!(
-                            "tree {i}: node {node} has child node {c}, but there are only {n} internal nodes"
-                        );
-                    }
-                    if seen_node[c] {
-                        bail!(
-                            "tree {i}: node {c} is reached twice (child pointers are not a tree)"
-                        );
-                    }
-                    seen_node[c] = true;
-                    stack.push((c, d + 1));
-                } else {
-                    let l = !child as usize;
-                    if l >= num_leaves {
-                        bail!(
-                            "tree {i}: node {node} has child leaf {l}, but num_leaves is {num_leaves}"
-                        );
-                    }
-                    if seen_leaf[l] {
-                        bail!(
-                            "tree {i}: leaf {l} is reached twice (child pointers are not a tree)"
-                        );
-                    }
-                    seen_leaf[l] = true;
-                    depth = depth.max(d + 1);
-                }
-            }
-        }
-        if let Some(u) = seen_node.iter().position(|s| !s) {
-            bail!("tree {i}: node {u} is not reachable from the root");
-        }
-        if let Some(u) = seen_leaf.iter().position(|s| !s) {
-            bail!("tree {i}: leaf {u} is not reachable from the root");
-        }
+/// The feature count and names a header declares, checked against each other.
+fn feature_header(header: &[(&str, &str)]) -> Result<(u32, usize, Vec<String>)> {
+    let get = |k: &str| header.iter().find(|(hk, _)| *hk == k).map(|(_, v)| *v);
+    let max_idx = get("max_feature_idx")
+        .ok_or_else(|| anyhow!("unknown feature count: header has no max_feature_idx"))?;
+    let max_feature_idx: u32 = max_idx.trim().parse().map_err(|_| {
+        anyhow!(
+            "unknown feature count: max_feature_idx {} is not a count",
+            clip(max_idx)
+        )
+    })?;
+    let num_features = (max_feature_idx as usize).saturating_add(1);
+    let names = get("feature_names").ok_or_else(|| anyhow!("header has no feature_names"))?;
+    let feature_names: Vec<String> = tokens(names).map(str::to_owned).collect();
+    if feature_names.len() != num_features {
+        bail!(
+            "feature_names has {} names, max_feature_idx={max_feature_idx} needs {num_features}",
+            feature_names.len()
+        );
+    }
+    let infos = get("feature_infos").ok_or_else(|| anyhow!("header has no feature_infos"))?;
+    let n_infos = tokens(infos).count();
+    if n_infos != num_features {
+        bail!(
+            "feature_infos has {n_infos} entries, max_feature_idx={max_feature_idx} needs {num_features}"
+        );
+    }
+    Ok((max_feature_idx, num_features, feature_names))
+}
 
-        let child_index = |c: i32| {
-            if c >= 0 {
-                index(c as usize)
-            } else {
-                index(n + !c as usize)
-            }
-        };
-        let mut nodes = Vec::with_capacity(n + num_leaves);
-        for j in 0..n {
-            let feature = split_feature[j];
-            if feature > max_feature_idx {
-                bail!(
-                    "tree {i}: split_feature {feature} at node {j} is beyond max_feature_idx={max_feature_idx}"
-                );
-            }
-            let t = threshold[j];
-            if t.is_nan() {
-                bail!("tree {i}: threshold {j} is NaN");
-            }
-            let d = decision_type[j];
-            if !(0..=15).contains(&d) {
-                bail!("tree {i}: decision_type {d} at node {j} is not in 0..15");
-            }
-            let default_left = d & 2 != 0;
-            let (flags, value) = if d & 1 != 0 {
-                if num_cat == 0 {
-                    bail!("tree {i}: node {j} is a categorical split but num_cat is 0");
-                }
-                if !(t >= 0.0 && t < num_cat as f64 && t.fract() == 0.0) {
+/// Checks that the child pointers make a tree: every internal node and leaf reached exactly
+/// once from the root (child >= 0 is an internal node, child < 0 is leaf ~child). Returns
+/// its depth.
+fn check_structure(i: usize, num_leaves: usize, left: &[i32], right: &[i32]) -> Result<u32> {
+    let n = num_leaves - 1;
+    let mut seen_node = vec![false; n];
+    let mut seen_leaf = vec![false; num_leaves];
+    seen_node[0] = true;
+    let mut depth = 0u32;
+    let mut stack = vec![(0usize, 0u32)];
+    while let Some((node, d)) = stack.pop() {
+        for child in [left[node], right[node]] {
+            if child >= 0 {
+                let c = child as usize;
+                if c >= n {
                     bail!(
-                        "tree {i}: categorical node {j} has threshold {t}, not a category set index below num_cat={num_cat}"
+                        "tree {i}: node {node} has child node {c}, but there are only {n} internal nodes"
                     );
                 }
-                (CATEGORICAL, cat_offsets[t as usize] as f64)
+                if seen_node[c] {
+                    bail!("tree {i}: node {c} is reached twice (child pointers are not a tree)");
+                }
+                seen_node[c] = true;
+                stack.push((c, d + 1));
             } else {
-                let default_dir = if default_left { NAN_LEFT } else { 0 };
-                let flags = match (d >> 2) & 3 {
-                    // None: NaN is converted to 0.0 and compared with the threshold
-                    0 if 0.0 <= t => NAN_LEFT,
-                    0 => 0,
-                    // Zero: NaN and |x| <= kZeroThreshold go the default way
-                    1 => ZERO_MISSING | default_dir,
-                    // NaN: NaN goes the default way
-                    2 => default_dir,
-                    m => bail!(
-                        "tree {i}: decision_type {d} at node {j} has unknown missing type {m}"
-                    ),
-                };
-                (flags, t)
-            };
-            nodes.push(Node {
-                value,
-                feature,
-                children: [child_index(left[j])?, child_index(right[j])?],
-                flags,
-            });
+                let l = !child as usize;
+                if l >= num_leaves {
+                    bail!(
+                        "tree {i}: node {node} has child leaf {l}, but num_leaves is {num_leaves}"
+                    );
+                }
+                if seen_leaf[l] {
+                    bail!("tree {i}: leaf {l} is reached twice (child pointers are not a tree)");
+                }
+                seen_leaf[l] = true;
+                depth = depth.max(d + 1);
+            }
         }
-        leaf_nodes(&mut nodes)?;
-
-        self.roots.push(index(0)?);
-        self.depths.push(depth);
-        self.nodes.extend_from_slice(&nodes);
-        self.cat_words.extend_from_slice(&cat_words);
-        Ok(())
     }
+    if let Some(u) = seen_node.iter().position(|s| !s) {
+        bail!("tree {i}: node {u} is not reachable from the root");
+    }
+    if let Some(u) = seen_leaf.iter().position(|s| !s) {
+        bail!("tree {i}: leaf {u} is not reachable from the root");
+    }
+    Ok(depth)
+}
+
+/// A split's flags and the value it compares with: its threshold, or for a categorical
+/// split the offset of its category set.
+fn split(
+    i: usize,
+    j: usize,
+    d: i8,
+    t: f64,
+    num_cat: usize,
+    cat_offsets: &[usize],
+) -> Result<(u8, f64)> {
+    let default_left = d & 2 != 0;
+    Ok(if d & 1 != 0 {
+        if num_cat == 0 {
+            bail!("tree {i}: node {j} is a categorical split but num_cat is 0");
+        }
+        if !(t >= 0.0 && t < num_cat as f64 && t.fract() == 0.0) {
+            bail!(
+                "tree {i}: categorical node {j} has threshold {t}, not a category set index below num_cat={num_cat}"
+            );
+        }
+        (CATEGORICAL, cat_offsets[t as usize] as f64)
+    } else {
+        let default_dir = if default_left { NAN_LEFT } else { 0 };
+        let flags = match (d >> 2) & 3 {
+            // None: NaN is converted to 0.0 and compared with the threshold
+            0 if 0.0 <= t => NAN_LEFT,
+            0 => 0,
+            // Zero: NaN and |x| <= kZeroThreshold go the default way
+            1 => ZERO_MISSING | default_dir,
+            // NaN: NaN goes the default way
+            2 => default_dir,
+            m => bail!("tree {i}: decision_type {d} at node {j} has unknown missing type {m}"),
+        };
+        (flags, t)
+    })
 }
 
 #[cfg(test)]

@@ -52,6 +52,26 @@ pub fn main(args: TrainArgs) -> Result<()> {
     let (parts, split_desc) = split(&table, args.holdout, longest);
     eprintln!("train: {} rows; split {split_desc}", table.len());
 
+    let (models, texts) = fit_all(&args, &table, &parts, &fcfg, &horizons)?;
+    let worst_diff = models.worst_diff;
+    let manifest = manifest(&args, &table, &fcfg, &horizons, models, &parts, &split_desc)?;
+    write_dir(&args.out, &manifest, &texts)?;
+    eprintln!(
+        "train: {} models -> {} (Rust evaluator vs LightGBM on test rows: max |diff| {worst_diff:.1e})",
+        manifest.models.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Every (model kind, horizon) fitted in turn: the models that pass, and their texts.
+fn fit_all(
+    args: &TrainArgs,
+    table: &FeatureTable,
+    parts: &[Part],
+    fcfg: &FeatureConfig,
+    horizons: &[String],
+) -> Result<(Models, Vec<String>)> {
     let jobs: Vec<(&Spec, &String)> = SPECS
         .iter()
         .flat_map(|s| horizons.iter().map(move |h| (s, h)))
@@ -78,7 +98,7 @@ pub fn main(args: TrainArgs) -> Result<()> {
                         .any(|x| x.entity_kind == s.entity_kind && x.base.contains(&n.as_str()))
             })
             .collect();
-        match fit_one(&args, &table, &parts, s, h, &names)? {
+        match fit_one(args, table, parts, s, h, &names)? {
             Fitted::Skipped(why) => {
                 say(&bar, format!("train: {} skipped: {why}", s.key(h)));
                 skipped.push(json!({"model": s.key(h), "why": why}));
@@ -119,10 +139,43 @@ pub fn main(args: TrainArgs) -> Result<()> {
             serde_json::to_string(&skipped)?
         );
     }
+    Ok((
+        Models {
+            features,
+            entries,
+            baselines,
+            baseline_holds,
+            skipped,
+            worst_diff,
+        },
+        texts,
+    ))
+}
+
+/// What the jobs produced, for the manifest.
+struct Models {
+    features: BTreeMap<String, Vec<String>>,
+    entries: Vec<Entry>,
+    baselines: BTreeMap<String, BTreeMap<String, f64>>,
+    baseline_holds: BTreeMap<String, BTreeMap<String, u32>>,
+    skipped: Vec<serde_json::Value>,
+    worst_diff: f64,
+}
+
+/// The manifest of the trained models: what they are, and what they saw.
+fn manifest(
+    args: &TrainArgs,
+    table: &FeatureTable,
+    fcfg: &FeatureConfig,
+    horizons: &[String],
+    m: Models,
+    parts: &[Part],
+    split_desc: &str,
+) -> Result<Manifest> {
     let recordings: std::collections::BTreeSet<&str> =
         table.recording.iter().map(String::as_str).collect();
     let files: Vec<String> = args.data.iter().map(|p| p.display().to_string()).collect();
-    let manifest = Manifest {
+    Ok(Manifest {
         format: FORMAT,
         name: args.name.clone(),
         trained_on: args.trained_on.clone().unwrap_or_else(|| {
@@ -134,11 +187,11 @@ pub fn main(args: TrainArgs) -> Result<()> {
             .iter()
             .map(|d| crate::features::schema::label(*d))
             .collect(),
-        horizons: horizons.clone(),
-        features,
-        models: entries,
-        baselines,
-        baseline_holds,
+        horizons: horizons.to_vec(),
+        features: m.features,
+        models: m.entries,
+        baselines: m.baselines,
+        baseline_holds: m.baseline_holds,
         data: json!({
             "files": files,
             "recordings": recordings,
@@ -150,20 +203,13 @@ pub fn main(args: TrainArgs) -> Result<()> {
                 "test": parts.iter().filter(|p| **p == Part::Test).count(),
                 "gap": parts.iter().filter(|p| **p == Part::Gap).count(),
             },
-            "skipped": skipped,
-            "max_abs_diff_rust_vs_lightgbm": worst_diff,
+            "skipped": m.skipped,
+            "max_abs_diff_rust_vs_lightgbm": m.worst_diff,
             // How every threshold here was chosen: `probe eval` reuses the baselines'
             // only if it judges at the same operating point.
             "alarm_budget": eval::ALARM_BUDGET,
         }),
-    };
-    write_dir(&args.out, &manifest, &texts)?;
-    eprintln!(
-        "train: {} models -> {} (Rust evaluator vs LightGBM on test rows: max |diff| {worst_diff:.1e})",
-        manifest.models.len(),
-        args.out.display()
-    );
-    Ok(())
+    })
 }
 
 fn progress(n: u64) -> indicatif::ProgressBar {
