@@ -358,10 +358,29 @@ fn featurize(
         (rows, tick, source)
     };
 
-    // Labels per entity, over its rows in time order.
+    add_labels(path, &obs, &mut rows, lcfg, tick, &label_at)?;
+    Ok(Featurized {
+        name,
+        rows,
+        obs,
+        tick,
+        source,
+    })
+}
+
+/// Labels per entity, over its observations in time order, into the rows' label columns
+/// (`label_at`).
+fn add_labels(
+    path: &Path,
+    obs: &[Observation],
+    rows: &mut [Row],
+    lcfg: &LabelConfig,
+    tick: Duration,
+    label_at: &[usize],
+) -> Result<()> {
     let job = job_log(path)?;
     let mut by_entity: BTreeMap<(&str, &str), Vec<&Observation>> = BTreeMap::new();
-    for o in &obs {
+    for o in obs {
         by_entity
             .entry((o.entity_kind.as_str(), o.entity.as_str()))
             .or_default()
@@ -376,7 +395,7 @@ fn featurize(
             label_rows.insert((*key, o.time_unix.to_bits()), l);
         }
     }
-    for r in &mut rows {
+    for r in rows.iter_mut() {
         if let Some(l) =
             label_rows.get(&((r.entity_kind, r.entity.as_str()), r.time_unix.to_bits()))
         {
@@ -385,13 +404,29 @@ fn featurize(
             }
         }
     }
-    Ok(Featurized {
-        name,
-        rows,
-        obs,
-        tick,
-        source,
-    })
+    Ok(())
+}
+
+/// The feature and label settings of the command line, checked.
+fn configs(args: &FeaturesArgs) -> Result<(FeatureConfig, LabelConfig)> {
+    let fcfg = FeatureConfig {
+        windows: args.windows.clone(),
+        ..FeatureConfig::default()
+    };
+    fcfg.validate()
+        .map_err(|e| anyhow::anyhow!("--windows: {e}"))?;
+    if !(args.spike_factor > 1.0 && args.spike_factor.is_finite()) {
+        bail!("--spike-factor must be a number above 1 (e.g. 2)");
+    }
+    let lcfg = LabelConfig {
+        horizons: args.horizons.clone(),
+        spike_factor: args.spike_factor,
+        rtt_margin_s: args.rtt_margin.as_secs_f64(),
+        quiet: args.quiet,
+        calm_min: args.calm_min,
+        ..LabelConfig::default()
+    };
+    Ok((fcfg, lcfg))
 }
 
 pub fn main(args: FeaturesArgs) -> Result<()> {
@@ -412,23 +447,7 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
             }
         }
     }
-    let fcfg = FeatureConfig {
-        windows: args.windows.clone(),
-        ..FeatureConfig::default()
-    };
-    fcfg.validate()
-        .map_err(|e| anyhow::anyhow!("--windows: {e}"))?;
-    if !(args.spike_factor > 1.0 && args.spike_factor.is_finite()) {
-        bail!("--spike-factor must be a number above 1 (e.g. 2)");
-    }
-    let lcfg = LabelConfig {
-        horizons: args.horizons.clone(),
-        spike_factor: args.spike_factor,
-        rtt_margin_s: args.rtt_margin.as_secs_f64(),
-        quiet: args.quiet,
-        calm_min: args.calm_min,
-        ..LabelConfig::default()
-    };
+    let (fcfg, lcfg) = configs(&args)?;
     let numeric = columns(&fcfg, &lcfg);
     let keep = Keep {
         kinds: args.kinds.clone(),

@@ -238,6 +238,53 @@ fn short(v: f64) -> String {
     }
 }
 
+/// The middle panel of a timeline: the score against the threshold. 0..1 unless the score
+/// or the threshold leave it; a threshold that is not finite (no usable threshold) is not
+/// drawn.
+fn draw_score(
+    mid: &DrawingArea<SVGBackend<'_>, Shift>,
+    xr: Range<f64>,
+    tl: &Timeline,
+) -> DrawResult {
+    let thr = tl.threshold.is_finite().then_some(tl.threshold);
+    let (slo, shi) = tl
+        .score
+        .iter()
+        .copied()
+        .chain(thr)
+        .filter(|s| s.is_finite())
+        .fold((0f64, 1f64), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    let pad = (shi - slo) * 0.05;
+    let lo = if slo < 0.0 { slo - pad } else { 0.0 };
+    let mut c = panel(mid, 0).build_cartesian_2d(xr.clone(), lo..shi + pad)?;
+    c.configure_mesh().y_desc("score").y_labels(5).draw()?;
+    let score_style = ShapeStyle::from(SCORE_COLOUR).stroke_width(1);
+    draw_gappy(&mut c, tl.t, tl.score, score_style)?;
+    let thr_style = ShapeStyle::from(THRESHOLD_COLOUR).stroke_width(1);
+    if let Some(thr) = thr {
+        c.draw_series(DashedLineSeries::new(
+            [(xr.start, thr), (xr.end, thr)],
+            6,
+            4,
+            thr_style,
+        ))?;
+    }
+    // Legend entries stand on their own (empty series), so a gappy score still gets one.
+    c.draw_series(std::iter::empty::<Circle<(f64, f64), u32>>())?
+        .label("score")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], score_style));
+    c.draw_series(std::iter::empty::<Circle<(f64, f64), u32>>())?
+        .label(format!("threshold {}", short(tl.threshold)))
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], thr_style));
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 fn draw_timeline(path: &Path, tl: &Timeline) -> DrawResult {
     let n = tl.t.len();
     let lengths = [
@@ -296,44 +343,7 @@ fn draw_timeline(path: &Path, tl: &Timeline) -> DrawResult {
         ShapeStyle::from(VALUE_COLOUR).stroke_width(1),
     )?;
 
-    // Middle: the score against the threshold. 0..1 unless the score or the threshold
-    // leave it; a threshold that is not finite (no usable threshold) is not drawn.
-    let thr = tl.threshold.is_finite().then_some(tl.threshold);
-    let (slo, shi) = tl
-        .score
-        .iter()
-        .copied()
-        .chain(thr)
-        .filter(|s| s.is_finite())
-        .fold((0f64, 1f64), |(lo, hi), s| (lo.min(s), hi.max(s)));
-    let pad = (shi - slo) * 0.05;
-    let lo = if slo < 0.0 { slo - pad } else { 0.0 };
-    let mut c = panel(&mid, 0).build_cartesian_2d(xr.clone(), lo..shi + pad)?;
-    c.configure_mesh().y_desc("score").y_labels(5).draw()?;
-    let score_style = ShapeStyle::from(SCORE_COLOUR).stroke_width(1);
-    draw_gappy(&mut c, tl.t, tl.score, score_style)?;
-    let thr_style = ShapeStyle::from(THRESHOLD_COLOUR).stroke_width(1);
-    if let Some(thr) = thr {
-        c.draw_series(DashedLineSeries::new(
-            [(xr.start, thr), (xr.end, thr)],
-            6,
-            4,
-            thr_style,
-        ))?;
-    }
-    // Legend entries stand on their own (empty series), so a gappy score still gets one.
-    c.draw_series(std::iter::empty::<Circle<(f64, f64), u32>>())?
-        .label("score")
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], score_style));
-    c.draw_series(std::iter::empty::<Circle<(f64, f64), u32>>())?
-        .label(format!("threshold {}", short(tl.threshold)))
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], thr_style));
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    draw_score(&mid, xr.clone(), tl)?;
 
     // Bottom: one row per alarm series, the first (model) on top; a row's y is centred on
     // rows - r - 0.5.

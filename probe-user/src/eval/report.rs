@@ -122,6 +122,47 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
     s
 }
 
+/// Onsets by kind (lab ground truth): lead for gradual, delay for abrupt.
+fn by_onset_kind(s: &mut String, c: &ClassResult) {
+    let kinds: Vec<&String> = c
+        .scorers
+        .first()
+        .map(|m| m.onsets.keys().filter(|k| *k != "all").collect())
+        .unwrap_or_default();
+    if !kinds.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nBy onset kind (caught before / within 1 tick / median lead s / median delay s):\n"
+        );
+        let _ = writeln!(
+            s,
+            "| scorer | {} |",
+            kinds
+                .iter()
+                .map(|k| format!("{k} ({})", c.scorers[0].onsets[*k].count))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(s, "|---|{}", "---:|".repeat(kinds.len()));
+        for sc in &c.scorers {
+            let cells: Vec<String> = kinds
+                .iter()
+                .map(|k| {
+                    let o = sc.onsets.get(*k).cloned().unwrap_or_default();
+                    format!(
+                        "{} / {} / {} / {}",
+                        pct(Some(o.caught_before)),
+                        pct(Some(o.caught_within_1_tick)),
+                        num(o.median_lead_s, 1),
+                        num(o.median_delay_s, 1)
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "| {} | {} |", sc.name, cells.join(" | "));
+        }
+    }
+}
+
 fn classifier(s: &mut String, c: &ClassResult, with_plots: bool) {
     let _ = writeln!(
         s,
@@ -164,44 +205,7 @@ fn classifier(s: &mut String, c: &ClassResult, with_plots: bool) {
             num(all.median_delay_s, 1),
         );
     }
-    // Onsets by kind (lab ground truth): lead for gradual, delay for abrupt.
-    let kinds: Vec<&String> = c
-        .scorers
-        .first()
-        .map(|m| m.onsets.keys().filter(|k| *k != "all").collect())
-        .unwrap_or_default();
-    if !kinds.is_empty() {
-        let _ = writeln!(
-            s,
-            "\nBy onset kind (caught before / within 1 tick / median lead s / median delay s):\n"
-        );
-        let _ = writeln!(
-            s,
-            "| scorer | {} |",
-            kinds
-                .iter()
-                .map(|k| format!("{k} ({})", c.scorers[0].onsets[*k].count))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-        let _ = writeln!(s, "|---|{}", "---:|".repeat(kinds.len()));
-        for sc in &c.scorers {
-            let cells: Vec<String> = kinds
-                .iter()
-                .map(|k| {
-                    let o = sc.onsets.get(*k).cloned().unwrap_or_default();
-                    format!(
-                        "{} / {} / {} / {}",
-                        pct(Some(o.caught_before)),
-                        pct(Some(o.caught_within_1_tick)),
-                        num(o.median_lead_s, 1),
-                        num(o.median_delay_s, 1)
-                    )
-                })
-                .collect();
-            let _ = writeln!(s, "| {} | {} |", sc.name, cells.join(" | "));
-        }
-    }
+    by_onset_kind(s, c);
     if let Some(m) = c.scorers.first() {
         let _ = writeln!(
             s,
