@@ -401,13 +401,7 @@ fn classifier(
     let now = t.column(&s.now())?;
     // Every row of the kind is scored; metrics over rows whose label is known.
     let series = spec::series(t, s.entity_kind);
-    let known: Vec<usize> = series
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|&r| label[r].is_finite())
-        .collect();
-    let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
+    let (known, lb) = operating::known_rows(&series, label);
     let cols = columns(t, s, e, b, names, bundle, &series)?;
     let judged = Judged {
         t,
@@ -454,7 +448,6 @@ fn classifier(
 
 /// The scorers of one classifier: the model (its calibrated probability, alarming under
 /// its rule), the baselines at their validation thresholds, and always-alarm.
-#[allow(clippy::too_many_arguments)]
 fn columns(
     t: &FeatureTable,
     s: &Spec,

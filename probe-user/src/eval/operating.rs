@@ -74,6 +74,18 @@ pub fn false_alarms(
         .sum()
 }
 
+/// The rows of `series` whose label is known, and their labels.
+pub fn known_rows(series: &[Vec<usize>], label: &[f64]) -> (Vec<usize>, Vec<bool>) {
+    let known: Vec<usize> = series
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|&r| label[r].is_finite())
+        .collect();
+    let lb = known.iter().map(|&r| label[r] > 0.5).collect();
+    (known, lb)
+}
+
 /// Where a classifier alarms.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OperatingPoint {
@@ -95,13 +107,7 @@ pub fn choose(
     label: &[f64],
     budget: f64,
 ) -> Option<OperatingPoint> {
-    let known: Vec<usize> = series
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|&r| label[r].is_finite())
-        .collect();
-    let lb: Vec<bool> = known.iter().map(|&r| label[r] > 0.5).collect();
+    let (known, lb) = known_rows(series, label);
     let hours = known.len() as f64 * median_tick(t, series) / 3600.0;
     let mut best: Option<OperatingPoint> = None;
     for &k in HOLDS {

@@ -86,7 +86,7 @@ fn fit_all(
     let mut worst_diff = 0.0f64;
     for (s, h) in jobs {
         bar.set_message(s.key(h));
-        let names: Vec<String> = Schema::new(s.entity_kind, &fcfg)
+        let names: Vec<String> = Schema::new(s.entity_kind, fcfg)
             .names
             .into_iter()
             .filter(|n| {
