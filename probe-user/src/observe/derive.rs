@@ -56,196 +56,244 @@ fn add_opt(acc: &mut Option<f64>, v: f64) {
 
 /// The rows of the tick `now`, given the snapshot before it. `now.time_unix` must be later.
 pub fn derive(prev: &Readings, now: &Readings) -> Vec<Row> {
-    let dt = now.time_unix - prev.time_unix;
-    let base = |kind: &'static str, entity: &str| Row {
-        time_unix: now.time_unix,
-        interval_s: dt,
-        entity_kind: kind.into(),
-        entity: entity.to_string(),
-        ..Row::default()
+    let tick = Tick {
+        prev,
+        now,
+        dt: now.time_unix - prev.time_unix,
     };
     let mut rows = Vec::new();
+    tick.peers(&mut rows);
+    tick.interfaces(&mut rows);
+    tick.qdiscs(&mut rows);
+    tick.rdma_ports(&mut rows);
+    tick.drops_and_host(&mut rows);
+    rows
+}
 
-    // Peers: flows and bursts (per interface and direction, summed) and the TCP view.
-    let mut peers: BTreeMap<&str, PeerAcc> = BTreeMap::new();
-    let prev_flows: HashMap<(&str, &str, &str), _> = prev
-        .flows
-        .iter()
-        .map(|f| ((f.iface.as_str(), f.direction, f.peer.as_str()), f))
-        .collect();
-    for f in &now.flows {
-        let b = prev_flows.get(&(f.iface.as_str(), f.direction, f.peer.as_str()));
-        let a = peers.entry(&f.peer).or_default();
-        let (bytes, packets) = if f.direction == "egress" {
-            (&mut a.tx_bytes, &mut a.tx_packets)
-        } else {
-            (&mut a.rx_bytes, &mut a.rx_packets)
-        };
-        bytes.add(f.bytes, b.map(|b| b.bytes));
-        packets.add(f.packets, b.map(|b| b.packets));
-        a.ce_packets.add(f.ce_packets, b.map(|b| b.ce_packets));
-    }
-    let prev_bursts: HashMap<(&str, &str, &str), _> = prev
-        .bursts
-        .iter()
-        .map(|x| ((x.iface.as_str(), x.direction, x.peer.as_str()), x))
-        .collect();
-    for x in &now.bursts {
-        let b = prev_bursts.get(&(x.iface.as_str(), x.direction, x.peer.as_str()));
-        let a = peers.entry(&x.peer).or_default();
-        a.bursts.add(x.count, b.map(|b| b.count));
-        if let Some(h) = x.bytes.increase(b.map(|b| &b.bytes)) {
-            add_opt(&mut a.burst_bytes, h.sum);
+/// Two consecutive readings and the interval between them.
+struct Tick<'a> {
+    prev: &'a Readings,
+    now: &'a Readings,
+    dt: f64,
+}
+
+impl<'a> Tick<'a> {
+    /// An empty row of this tick.
+    fn row(&self, kind: &'static str, entity: &str) -> Row {
+        Row {
+            time_unix: self.now.time_unix,
+            interval_s: self.dt,
+            entity_kind: kind.into(),
+            entity: entity.to_string(),
+            ..Row::default()
         }
-        if let Some(h) = x.duration.increase(b.map(|b| &b.duration)) {
-            add_opt(&mut a.burst_seconds, h.sum);
-        }
-    }
-    let prev_tcp: HashMap<&str, _> = prev.peers.iter().map(|p| (p.peer.as_str(), p)).collect();
-    let now_tcp: HashMap<&str, _> = now.peers.iter().map(|p| (p.peer.as_str(), p)).collect();
-    for p in &now.peers {
-        peers.entry(&p.peer).or_default();
-    }
-    for (name, a) in &peers {
-        let mut r = base(c::PEER, name);
-        r.tx_bytes_per_s = a.tx_bytes.rate(dt);
-        r.rx_bytes_per_s = a.rx_bytes.rate(dt);
-        r.tx_packets_per_s = a.tx_packets.rate(dt);
-        r.rx_packets_per_s = a.rx_packets.rate(dt);
-        r.ce_packets_per_s = a.ce_packets.rate(dt);
-        r.bursts = a.bursts.count();
-        r.burst_bytes = a.burst_bytes.map(|b| b.round() as i64);
-        r.burst_seconds = a.burst_seconds;
-        if let Some(p) = now_tcp.get(name) {
-            let b = prev_tcp.get(name);
-            r.srtt_s = p.srtt_seconds;
-            r.min_rtt_s = p.min_rtt_seconds;
-            r.connections = Some(p.connections.into());
-            if let Some(h) = p.rtt.increase(b.map(|b| &b.rtt)) {
-                r.rtt_samples = Some(h.count as i64);
-                r.rtt_mean_s = (h.count > 0).then(|| h.sum / h.count as f64);
-                r.rtt_p50_s = h.quantile(0.5);
-                r.rtt_p90_s = h.quantile(0.9);
-                r.rtt_p99_s = h.quantile(0.99);
-            }
-            let mut re = Sum::default();
-            re.add(p.retransmits, b.map(|b| b.retransmits));
-            r.retransmits_per_s = re.rate(dt);
-        }
-        rows.push(r);
     }
 
-    // Interfaces: link counters and qdisc sojourn time.
-    let mut ifaces: BTreeSet<&str> = now.interfaces.iter().map(String::as_str).collect();
-    ifaces.extend(now.links.iter().map(|l| l.iface.as_str()));
-    ifaces.extend(now.sojourn.iter().map(|s| s.iface.as_str()));
-    for iface in ifaces {
-        let mut r = base(c::INTERFACE, iface);
-        if let Some(l) = now.links.iter().find(|l| l.iface == iface) {
-            let b = prev.links.iter().find(|l| l.iface == iface);
-            let rate = |now: u64, before: Option<u64>| {
-                let mut s = Sum::default();
-                s.add(now, before);
-                s.rate(dt)
+    /// A counter's rate over the interval; None at a first reading or a restart.
+    fn rate(&self, now: u64, before: Option<u64>) -> Option<f64> {
+        let mut s = Sum::default();
+        s.add(now, before);
+        s.rate(self.dt)
+    }
+
+    /// Per peer, its flows and bursts (per interface and direction, summed); every peer of
+    /// the TCP view too.
+    fn peer_traffic(&self) -> BTreeMap<&'a str, PeerAcc> {
+        let (prev, now) = (self.prev, self.now);
+        let mut peers: BTreeMap<&str, PeerAcc> = BTreeMap::new();
+        let prev_flows: HashMap<(&str, &str, &str), _> = prev
+            .flows
+            .iter()
+            .map(|f| ((f.iface.as_str(), f.direction, f.peer.as_str()), f))
+            .collect();
+        for f in &now.flows {
+            let b = prev_flows.get(&(f.iface.as_str(), f.direction, f.peer.as_str()));
+            let a = peers.entry(&f.peer).or_default();
+            let (bytes, packets) = if f.direction == "egress" {
+                (&mut a.tx_bytes, &mut a.tx_packets)
+            } else {
+                (&mut a.rx_bytes, &mut a.rx_packets)
             };
-            r.tx_bytes_per_s = rate(l.stats.tx_bytes, b.map(|b| b.stats.tx_bytes));
-            r.rx_bytes_per_s = rate(l.stats.rx_bytes, b.map(|b| b.stats.rx_bytes));
-            r.tx_packets_per_s = rate(l.stats.tx_packets, b.map(|b| b.stats.tx_packets));
-            r.rx_packets_per_s = rate(l.stats.rx_packets, b.map(|b| b.stats.rx_packets));
-            r.tx_errors_per_s = rate(l.stats.tx_errors, b.map(|b| b.stats.tx_errors));
-            r.rx_errors_per_s = rate(l.stats.rx_errors, b.map(|b| b.stats.rx_errors));
-            r.tx_dropped_per_s = rate(l.stats.tx_dropped, b.map(|b| b.stats.tx_dropped));
-            r.rx_dropped_per_s = rate(l.stats.rx_dropped, b.map(|b| b.stats.rx_dropped));
+            bytes.add(f.bytes, b.map(|b| b.bytes));
+            packets.add(f.packets, b.map(|b| b.packets));
+            a.ce_packets.add(f.ce_packets, b.map(|b| b.ce_packets));
         }
-        if let Some(s) = now.sojourn.iter().find(|s| s.iface == iface) {
-            let b = prev.sojourn.iter().find(|s| s.iface == iface);
-            if let Some(h) = s.seconds.increase(b.map(|b| &b.seconds)) {
-                r.sojourn_samples = Some(h.count as i64);
-                r.sojourn_p50_s = h.quantile(0.5);
-                r.sojourn_p99_s = h.quantile(0.99);
+        let prev_bursts: HashMap<(&str, &str, &str), _> = prev
+            .bursts
+            .iter()
+            .map(|x| ((x.iface.as_str(), x.direction, x.peer.as_str()), x))
+            .collect();
+        for x in &now.bursts {
+            let b = prev_bursts.get(&(x.iface.as_str(), x.direction, x.peer.as_str()));
+            let a = peers.entry(&x.peer).or_default();
+            a.bursts.add(x.count, b.map(|b| b.count));
+            if let Some(h) = x.bytes.increase(b.map(|b| &b.bytes)) {
+                add_opt(&mut a.burst_bytes, h.sum);
+            }
+            if let Some(h) = x.duration.increase(b.map(|b| &b.duration)) {
+                add_opt(&mut a.burst_seconds, h.sum);
             }
         }
-        rows.push(r);
+        for p in &now.peers {
+            peers.entry(&p.peer).or_default();
+        }
+        peers
     }
 
-    // Qdiscs: queue depth and counters of each qdisc on a monitored interface.
-    let qname = |q: &QdiscSeries| format!("{}/{}/{}", q.iface, q.stats.kind, q.stats.handle);
-    let prev_q: HashMap<String, _> = prev.qdiscs.iter().map(|q| (qname(q), q)).collect();
-    let mut qdiscs: BTreeMap<String, _> = BTreeMap::new();
-    for q in &now.qdiscs {
-        qdiscs.insert(qname(q), q);
-    }
-    for (name, q) in qdiscs {
-        let b = prev_q.get(&name);
-        let mut r = base(c::QDISC, &name);
-        let rate = |now: u64, before: Option<u64>| {
-            let mut s = Sum::default();
-            s.add(now, before);
-            s.rate(dt)
-        };
-        r.tx_bytes_per_s = rate(q.stats.sent_bytes, b.map(|b| b.stats.sent_bytes));
-        r.tx_packets_per_s = rate(q.stats.sent_packets, b.map(|b| b.stats.sent_packets));
-        r.qdisc_backlog_packets = i64::try_from(q.stats.backlog_packets).ok();
-        r.qdisc_backlog_bytes = i64::try_from(q.stats.backlog_bytes).ok();
-        r.qdisc_drops_per_s = rate(q.stats.drops, b.map(|b| b.stats.drops));
-        r.qdisc_overlimits_per_s = rate(q.stats.overlimits, b.map(|b| b.stats.overlimits));
-        r.qdisc_requeues_per_s = rate(q.stats.requeues, b.map(|b| b.stats.requeues));
-        rows.push(r);
-    }
-
-    // RDMA ports: the poller's own per-second rates over its last interval.
-    if let Some(rdma) = &now.rdma {
-        let mut ports: Vec<_> = rdma.ports.iter().collect();
-        ports.sort_by(|a, b| (&a.device, a.port).cmp(&(&b.device, b.port)));
-        for p in ports {
-            let mut r = base(c::RDMA_PORT, &format!("{}/{}", p.device, p.port));
-            let get = |k: &str| p.rates.get(k).copied();
-            r.tx_bytes_per_s = get(keys::TRANSMIT_BYTES);
-            r.rx_bytes_per_s = get(keys::RECEIVE_BYTES);
-            r.tx_packets_per_s = get(keys::TRANSMIT_PACKETS);
-            r.rx_packets_per_s = get(keys::RECEIVE_PACKETS);
-            r.rdma_transmit_wait_ticks_per_s = get(keys::TRANSMIT_WAIT_TICKS);
-            r.rdma_transmit_discards_per_s = get(keys::TRANSMIT_DISCARDS);
-            r.rdma_cnp_sent_per_s = get(keys::CNP_SENT);
-            r.rdma_cnp_handled_per_s = get(keys::CNP_HANDLED);
-            r.rdma_ecn_marked_packets_per_s = get(keys::ECN_MARKED_PACKETS);
-            r.rdma_out_of_sequence_packets_per_s = get(keys::OUT_OF_SEQUENCE_PACKETS);
-            r.rdma_packet_sequence_errors_per_s = get(keys::PACKET_SEQUENCE_ERRORS);
-            r.rdma_local_ack_timeout_errors_per_s = get(keys::LOCAL_ACK_TIMEOUT_ERRORS);
-            r.rdma_rnr_nak_retry_errors_per_s = get(keys::RNR_NAK_RETRY_ERRORS);
-            r.rdma_link_downed_per_s = get(keys::LINK_DOWNED);
+    /// Peers: traffic, bursts and the TCP view.
+    fn peers(&self, rows: &mut Vec<Row>) {
+        let dt = self.dt;
+        let prev_tcp: HashMap<&str, _> = self
+            .prev
+            .peers
+            .iter()
+            .map(|p| (p.peer.as_str(), p))
+            .collect();
+        let now_tcp: HashMap<&str, _> = self
+            .now
+            .peers
+            .iter()
+            .map(|p| (p.peer.as_str(), p))
+            .collect();
+        for (name, a) in &self.peer_traffic() {
+            let mut r = self.row(c::PEER, name);
+            r.tx_bytes_per_s = a.tx_bytes.rate(dt);
+            r.rx_bytes_per_s = a.rx_bytes.rate(dt);
+            r.tx_packets_per_s = a.tx_packets.rate(dt);
+            r.rx_packets_per_s = a.rx_packets.rate(dt);
+            r.ce_packets_per_s = a.ce_packets.rate(dt);
+            r.bursts = a.bursts.count();
+            r.burst_bytes = a.burst_bytes.map(|b| b.round() as i64);
+            r.burst_seconds = a.burst_seconds;
+            if let Some(p) = now_tcp.get(name) {
+                let b = prev_tcp.get(name);
+                r.srtt_s = p.srtt_seconds;
+                r.min_rtt_s = p.min_rtt_seconds;
+                r.connections = Some(p.connections.into());
+                if let Some(h) = p.rtt.increase(b.map(|b| &b.rtt)) {
+                    r.rtt_samples = Some(h.count as i64);
+                    r.rtt_mean_s = (h.count > 0).then(|| h.sum / h.count as f64);
+                    r.rtt_p50_s = h.quantile(0.5);
+                    r.rtt_p90_s = h.quantile(0.9);
+                    r.rtt_p99_s = h.quantile(0.99);
+                }
+                r.retransmits_per_s = self.rate(p.retransmits, b.map(|b| b.retransmits));
+            }
             rows.push(r);
         }
     }
 
-    // Drops by reason, and the host's totals.
-    let prev_drops: HashMap<&str, u64> = prev
-        .drops
-        .iter()
-        .map(|d| (d.reason.as_str(), d.packets))
-        .collect();
-    let mut total = Sum::default();
-    let mut reasons: Vec<_> = now.drops.iter().collect();
-    reasons.sort_by(|a, b| a.reason.cmp(&b.reason));
-    for d in reasons {
-        let before = prev_drops.get(d.reason.as_str()).copied();
-        let mut s = Sum::default();
-        s.add(d.packets, before);
-        total.add(d.packets, before);
-        let mut r = base(c::DROP_REASON, &d.reason);
-        r.drops_per_s = s.rate(dt);
+    /// Interfaces: link counters and qdisc sojourn time.
+    fn interfaces(&self, rows: &mut Vec<Row>) {
+        let (prev, now) = (self.prev, self.now);
+        let mut ifaces: BTreeSet<&str> = now.interfaces.iter().map(String::as_str).collect();
+        ifaces.extend(now.links.iter().map(|l| l.iface.as_str()));
+        ifaces.extend(now.sojourn.iter().map(|s| s.iface.as_str()));
+        for iface in ifaces {
+            let mut r = self.row(c::INTERFACE, iface);
+            if let Some(l) = now.links.iter().find(|l| l.iface == iface) {
+                let b = prev.links.iter().find(|l| l.iface == iface);
+                r.tx_bytes_per_s = self.rate(l.stats.tx_bytes, b.map(|b| b.stats.tx_bytes));
+                r.rx_bytes_per_s = self.rate(l.stats.rx_bytes, b.map(|b| b.stats.rx_bytes));
+                r.tx_packets_per_s = self.rate(l.stats.tx_packets, b.map(|b| b.stats.tx_packets));
+                r.rx_packets_per_s = self.rate(l.stats.rx_packets, b.map(|b| b.stats.rx_packets));
+                r.tx_errors_per_s = self.rate(l.stats.tx_errors, b.map(|b| b.stats.tx_errors));
+                r.rx_errors_per_s = self.rate(l.stats.rx_errors, b.map(|b| b.stats.rx_errors));
+                r.tx_dropped_per_s = self.rate(l.stats.tx_dropped, b.map(|b| b.stats.tx_dropped));
+                r.rx_dropped_per_s = self.rate(l.stats.rx_dropped, b.map(|b| b.stats.rx_dropped));
+            }
+            if let Some(s) = now.sojourn.iter().find(|s| s.iface == iface) {
+                let b = prev.sojourn.iter().find(|s| s.iface == iface);
+                if let Some(h) = s.seconds.increase(b.map(|b| &b.seconds)) {
+                    r.sojourn_samples = Some(h.count as i64);
+                    r.sojourn_p50_s = h.quantile(0.5);
+                    r.sojourn_p99_s = h.quantile(0.99);
+                }
+            }
+            rows.push(r);
+        }
+    }
+
+    /// Qdiscs: queue depth and counters of each qdisc on a monitored interface.
+    fn qdiscs(&self, rows: &mut Vec<Row>) {
+        let (prev, now) = (self.prev, self.now);
+        let qname = |q: &QdiscSeries| format!("{}/{}/{}", q.iface, q.stats.kind, q.stats.handle);
+        let prev_q: HashMap<String, _> = prev.qdiscs.iter().map(|q| (qname(q), q)).collect();
+        let mut qdiscs: BTreeMap<String, _> = BTreeMap::new();
+        for q in &now.qdiscs {
+            qdiscs.insert(qname(q), q);
+        }
+        for (name, q) in qdiscs {
+            let b = prev_q.get(&name);
+            let mut r = self.row(c::QDISC, &name);
+            r.tx_bytes_per_s = self.rate(q.stats.sent_bytes, b.map(|b| b.stats.sent_bytes));
+            r.tx_packets_per_s = self.rate(q.stats.sent_packets, b.map(|b| b.stats.sent_packets));
+            r.qdisc_backlog_packets = i64::try_from(q.stats.backlog_packets).ok();
+            r.qdisc_backlog_bytes = i64::try_from(q.stats.backlog_bytes).ok();
+            r.qdisc_drops_per_s = self.rate(q.stats.drops, b.map(|b| b.stats.drops));
+            r.qdisc_overlimits_per_s = self.rate(q.stats.overlimits, b.map(|b| b.stats.overlimits));
+            r.qdisc_requeues_per_s = self.rate(q.stats.requeues, b.map(|b| b.stats.requeues));
+            rows.push(r);
+        }
+    }
+
+    /// RDMA ports: the poller's own per-second rates over its last interval.
+    fn rdma_ports(&self, rows: &mut Vec<Row>) {
+        if let Some(rdma) = &self.now.rdma {
+            let mut ports: Vec<_> = rdma.ports.iter().collect();
+            ports.sort_by(|a, b| (&a.device, a.port).cmp(&(&b.device, b.port)));
+            for p in ports {
+                let mut r = self.row(c::RDMA_PORT, &format!("{}/{}", p.device, p.port));
+                let get = |k: &str| p.rates.get(k).copied();
+                r.tx_bytes_per_s = get(keys::TRANSMIT_BYTES);
+                r.rx_bytes_per_s = get(keys::RECEIVE_BYTES);
+                r.tx_packets_per_s = get(keys::TRANSMIT_PACKETS);
+                r.rx_packets_per_s = get(keys::RECEIVE_PACKETS);
+                r.rdma_transmit_wait_ticks_per_s = get(keys::TRANSMIT_WAIT_TICKS);
+                r.rdma_transmit_discards_per_s = get(keys::TRANSMIT_DISCARDS);
+                r.rdma_cnp_sent_per_s = get(keys::CNP_SENT);
+                r.rdma_cnp_handled_per_s = get(keys::CNP_HANDLED);
+                r.rdma_ecn_marked_packets_per_s = get(keys::ECN_MARKED_PACKETS);
+                r.rdma_out_of_sequence_packets_per_s = get(keys::OUT_OF_SEQUENCE_PACKETS);
+                r.rdma_packet_sequence_errors_per_s = get(keys::PACKET_SEQUENCE_ERRORS);
+                r.rdma_local_ack_timeout_errors_per_s = get(keys::LOCAL_ACK_TIMEOUT_ERRORS);
+                r.rdma_rnr_nak_retry_errors_per_s = get(keys::RNR_NAK_RETRY_ERRORS);
+                r.rdma_link_downed_per_s = get(keys::LINK_DOWNED);
+                rows.push(r);
+            }
+        }
+    }
+
+    /// Drops by reason, and the host's totals.
+    fn drops_and_host(&self, rows: &mut Vec<Row>) {
+        let (prev, now, dt) = (self.prev, self.now, self.dt);
+        let prev_drops: HashMap<&str, u64> = prev
+            .drops
+            .iter()
+            .map(|d| (d.reason.as_str(), d.packets))
+            .collect();
+        let mut total = Sum::default();
+        let mut reasons: Vec<_> = now.drops.iter().collect();
+        reasons.sort_by(|a, b| a.reason.cmp(&b.reason));
+        for d in reasons {
+            let before = prev_drops.get(d.reason.as_str()).copied();
+            let mut s = Sum::default();
+            s.add(d.packets, before);
+            total.add(d.packets, before);
+            let mut r = self.row(c::DROP_REASON, &d.reason);
+            r.drops_per_s = s.rate(dt);
+            rows.push(r);
+        }
+        let mut r = self.row(c::HOST, "host");
+        host_totals(&mut r, rows);
+        r.drops_per_s = total.rate(dt);
+        r.flows_tracked = i64::try_from(now.flows_tracked).ok();
+        let mut ev = Sum::default();
+        ev.add(now.flow_evictions, Some(prev.flow_evictions));
+        r.flow_evictions_per_s = ev.rate(dt);
+        r.peers_folded = i64::try_from(now.peers_folded).ok();
         rows.push(r);
     }
-    let mut r = base(c::HOST, "host");
-    host_totals(&mut r, &rows);
-    r.drops_per_s = total.rate(dt);
-    r.flows_tracked = i64::try_from(now.flows_tracked).ok();
-    let mut ev = Sum::default();
-    ev.add(now.flow_evictions, Some(prev.flow_evictions));
-    r.flow_evictions_per_s = ev.rate(dt);
-    r.peers_folded = i64::try_from(now.peers_folded).ok();
-    rows.push(r);
-    rows
 }
 
 /// The host row's throughput (sum over interface rows) and backlog (sum over qdisc rows);
