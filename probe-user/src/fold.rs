@@ -97,6 +97,20 @@ impl PeerFolder {
 
     pub fn apply(&mut self, snap: &mut Readings) {
         self.tick += 1;
+        self.update_members(snap);
+        // Taken out while the folds borrow self mutably; K names at most.
+        let members = std::mem::take(&mut self.members);
+        let mut folded: HashSet<String> = HashSet::new();
+        snap.flows = self.fold_flows(std::mem::take(&mut snap.flows), &members, &mut folded);
+        snap.peers = self.fold_peers(std::mem::take(&mut snap.peers), &members, &mut folded);
+        snap.bursts = self.fold_bursts(std::mem::take(&mut snap.bursts), &members, &mut folded);
+        self.members = members;
+        snap.peers_folded = folded.len() as u64;
+    }
+
+    /// Keeps the active members, drops those idle too long, and gives free slots to the
+    /// busiest newcomers.
+    fn update_members(&mut self, snap: &Readings) {
         // Activity this tick: bytes moved, plus RTT samples (~ one per acked segment) so that
         // peers seen only by sock_ops rank too.
         let mut activity: HashMap<String, u64> = HashMap::new();
@@ -129,16 +143,20 @@ impl PeerFolder {
             }
             self.members.insert(peer.clone(), self.tick);
         }
+    }
 
-        let members: HashSet<&String> = self.members.keys().collect();
-        let mut folded: HashSet<String> = HashSet::new();
-
-        // Flows.
-        let mut kept = Vec::with_capacity(snap.flows.len());
-        let mut prev_flows = HashMap::with_capacity(snap.flows.len());
-        for f in std::mem::take(&mut snap.flows) {
+    /// Flows: members' kept, the others' added to "other" per (interface, direction).
+    fn fold_flows(
+        &mut self,
+        flows: Vec<FlowSeries>,
+        members: &HashMap<String, u64>,
+        folded: &mut HashSet<String>,
+    ) -> Vec<FlowSeries> {
+        let mut kept = Vec::with_capacity(flows.len());
+        let mut prev_flows = HashMap::with_capacity(flows.len());
+        for f in flows {
             let key = fkey(&f);
-            if !members.contains(&f.peer) {
+            if !members.contains_key(&f.peer) {
                 folded.insert(f.peer.clone());
                 let before = self.prev_flows.get(&key);
                 let inc =
@@ -163,17 +181,24 @@ impl PeerFolder {
         }
         self.prev_flows = prev_flows;
         kept.extend(self.other_flows.values().cloned());
-        snap.flows = kept;
+        kept
+    }
 
-        // TCP peers.
-        let mut kept = Vec::with_capacity(snap.peers.len());
-        let mut prev_peers = HashMap::with_capacity(snap.peers.len());
+    /// TCP peers: members' kept, the others merged into one "other" peer.
+    fn fold_peers(
+        &mut self,
+        peers: Vec<PeerSeries>,
+        members: &HashMap<String, u64>,
+        folded: &mut HashSet<String>,
+    ) -> Vec<PeerSeries> {
+        let mut kept = Vec::with_capacity(peers.len());
+        let mut prev_peers = HashMap::with_capacity(peers.len());
         let mut other_srtt: Option<f64> = None;
         let mut other_min: Option<f64> = None;
         let mut other_conns = 0;
         let mut any_other = false;
-        for p in std::mem::take(&mut snap.peers) {
-            if !members.contains(&p.peer) {
+        for p in peers {
+            if !members.contains_key(&p.peer) {
                 any_other = true;
                 folded.insert(p.peer.clone());
                 let before = self.prev_peers.get(&p.peer);
@@ -205,14 +230,21 @@ impl PeerFolder {
             o.connections = if any_other { other_conns } else { 0 };
             kept.push(o.clone());
         }
-        snap.peers = kept;
+        kept
+    }
 
-        // Bursts.
-        let mut kept = Vec::with_capacity(snap.bursts.len());
-        let mut prev_bursts = HashMap::with_capacity(snap.bursts.len());
-        for b in std::mem::take(&mut snap.bursts) {
+    /// Bursts: members' kept, the others added to "other" per (interface, direction).
+    fn fold_bursts(
+        &mut self,
+        bursts: Vec<BurstSeries>,
+        members: &HashMap<String, u64>,
+        folded: &mut HashSet<String>,
+    ) -> Vec<BurstSeries> {
+        let mut kept = Vec::with_capacity(bursts.len());
+        let mut prev_bursts = HashMap::with_capacity(bursts.len());
+        for b in bursts {
             let key = bkey(&b);
-            if !members.contains(&b.peer) {
+            if !members.contains_key(&b.peer) {
                 folded.insert(b.peer.clone());
                 let before = self.prev_bursts.get(&key);
                 let o = self
@@ -237,9 +269,7 @@ impl PeerFolder {
         }
         self.prev_bursts = prev_bursts;
         kept.extend(self.other_bursts.values().cloned());
-        snap.bursts = kept;
-
-        snap.peers_folded = folded.len() as u64;
+        kept
     }
 
     /// Drops "other" accumulators of an interface that went away.
