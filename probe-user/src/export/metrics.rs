@@ -46,7 +46,21 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         info.metric_type(),
     )?;
     info.encode(m.encode_family(&[("version", version)])?)?;
+    encode_traffic(s, enc)?;
+    encode_tcp(s, enc)?;
+    encode_maps_and_programs(s, enc)?;
+    encode_bursts(s, enc)?;
+    encode_queues(s, enc)?;
+    encode_interfaces(s, enc)?;
+    super::features::encode(s, enc)?;
+    super::model::encode(s, enc)?;
+    encode_health(s, enc)?;
+    super::sources::encode(s, enc)?;
+    Ok(())
+}
 
+/// Per (interface, direction, peer) traffic from TC, and the non-IP traffic.
+fn encode_traffic(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     let flow = |f: &crate::snapshot::FlowSeries| {
         l(&[
             ("iface", &f.iface),
@@ -92,7 +106,11 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         "Packets of non-IP traffic on an interface",
         s.readings.nonip.iter().map(|n| (nonip(n), n.packets)),
     )?;
+    Ok(())
+}
 
+/// The TCP view of each peer (sock_ops, tcp_retransmit_skb).
+fn encode_tcp(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     let peer = |p: &crate::snapshot::PeerSeries| l(&[("peer", &p.peer)]);
     gauge(
         enc,
@@ -133,7 +151,11 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
         "Retransmitted TCP segments to a peer, all sockets",
         s.readings.peers.iter().map(|p| (peer(p), p.retransmits)),
     )?;
+    Ok(())
+}
 
+/// The kernel maps' state and probe's programs as the kernel accounts them.
+fn encode_maps_and_programs(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     gauge(
         enc,
         "probe_flows_tracked",
@@ -176,11 +198,11 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
             .iter()
             .map(|p| (l(&[("program", &p.program)]), p.runs)),
     )?;
-    encode_bursts(s, enc)?;
-    encode_queues(s, enc)?;
-    encode_interfaces(s, enc)?;
-    super::features::encode(s, enc)?;
-    super::model::encode(s, enc)?;
+    Ok(())
+}
+
+/// Full maps, the fold, RDMA ports and the hooks.
+fn encode_health(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     counter(
         enc,
         "probe_map_full",
@@ -207,7 +229,6 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
             .iter()
             .map(|h| (l(&[("hook", h.hook)]), if h.attached { 1.0 } else { 0.0 })),
     )?;
-    super::sources::encode(s, enc)?;
     Ok(())
 }
 
