@@ -29,11 +29,11 @@ use aya::{
 };
 use probe_ebpf::{errors, names, DIR_EGRESS};
 
-use self::burst_ring::BurstRing;
 use self::readings::{
     ip_from_abi, peer_label, BurstSeries, DropSeries, FlowDetail, FlowSeries, MapFull, NonIpSeries,
     Readings, SojournSeries,
 };
+use self::{burst_records::BurstRecords, burst_ring::BurstRing};
 
 /// Flows idle this long are removed from the kernel map after their last count is read.
 const FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -166,6 +166,19 @@ impl Collector {
     /// interface not in it (detached this tick) is left out.
     pub fn tick(&mut self, ifnames: &HashMap<u32, String>) -> Readings {
         let mut snap = Readings::default();
+        self.read_series(&mut snap, ifnames);
+        let records = self.read_flows(&mut snap, ifnames);
+        snap.peers = self.tcp.tick();
+        snap.slow_connections = self.conns.tick(snap.flow_scan_age_ticks == 0).to_vec();
+        snap.conn_evictions = self.conns.evictions();
+        snap.slow_connections_floor_seconds = self.conns.floor_us() as f64 * 1e-6;
+        self.read_bursts(&mut snap, ifnames, &records);
+        self.read_counters(&mut snap, ifnames);
+        snap
+    }
+
+    /// Per (interface, direction, peer) traffic, in that order.
+    fn read_series(&mut self, snap: &mut Readings, ifnames: &HashMap<u32, String>) {
         for (k, t) in self.series.tick() {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
@@ -180,6 +193,15 @@ impl Collector {
                 ect_packets: t.ect_packets,
             });
         }
+        snap.flows.sort_by(|a, b| {
+            (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
+        });
+    }
+
+    /// The flow map: non-IP traffic, the busiest flows and the walk's figures (every
+    /// `flow_scan`), and this tick's burst events, those of flows the walk removed
+    /// included. Returns the burst records, which the burst histograms fold too.
+    fn read_flows(&mut self, snap: &mut Readings, ifnames: &HashMap<u32, String>) -> BurstRecords {
         let ft = self.flows.tick(monotonic_ns());
         for (k, v) in ft.nonip {
             let Some(iface) = ifnames.get(&k.ifindex) else {
@@ -219,7 +241,6 @@ impl Collector {
             });
         }
         snap.flow_scan_age_ticks = ft.scan_age;
-        let walk_conns = ft.scan_age == 0;
         snap.flows_tracked = ft.tracked;
         snap.flow_evictions = ft.evictions;
         let mut records = self.burst_events.take();
@@ -230,16 +251,19 @@ impl Collector {
         }
         snap.burst_events =
             burst_events::events(&records, burst_events::realtime_offset_ns(), ifnames);
-        snap.flows.sort_by(|a, b| {
-            (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
-        });
         snap.nonip
             .sort_by(|a, b| (&a.iface, a.direction).cmp(&(&b.iface, b.direction)));
-        snap.peers = self.tcp.tick();
-        snap.slow_connections = self.conns.tick(walk_conns).to_vec();
-        snap.conn_evictions = self.conns.evictions();
-        snap.slow_connections_floor_seconds = self.conns.floor_us() as f64 * 1e-6;
-        for (k, b) in self.bursts.tick(&records) {
+        records
+    }
+
+    /// Ended bursts per (interface, direction, peer), in that order.
+    fn read_bursts(
+        &mut self,
+        snap: &mut Readings,
+        ifnames: &HashMap<u32, String>,
+        records: &BurstRecords,
+    ) {
+        for (k, b) in self.bursts.tick(records) {
             let Some(iface) = ifnames.get(&k.ifindex) else {
                 continue;
             };
@@ -255,6 +279,10 @@ impl Collector {
         snap.bursts.sort_by(|a, b| {
             (&a.iface, a.direction, &a.peer).cmp(&(&b.iface, b.direction, &b.peer))
         });
+    }
+
+    /// Qdisc sojourn, drops by reason, full maps and lost burst events.
+    fn read_counters(&mut self, snap: &mut Readings, ifnames: &HashMap<u32, String>) {
         for (ifindex, h) in self.sojourn.tick() {
             if let Some(iface) = ifnames.get(&ifindex) {
                 snap.sojourn.push(SojournSeries {
@@ -282,7 +310,6 @@ impl Collector {
             .get(errors::BURST_EVENTS_FULL as usize)
             .map_or(0, |m| m.inserts_refused);
         snap.events_lost = ring_full + self.burst_events.dropped();
-        snap
     }
 
     /// Forgets everything about an interface that went away.
