@@ -56,12 +56,34 @@ pub fn first_line<E: std::error::Error + Send + Sync + 'static>(e: E) -> String 
 
 impl Loaded {
     pub fn load(cfg: &Config) -> Result<Self> {
+        let tp = TracepointOffsets::read();
+        let mut ebpf = load_object(cfg, &tp)?;
+        let mut hooks = attach(&mut ebpf, tp.results);
+        let stats = enable_stats(&mut hooks);
+        Ok(Self {
+            ebpf,
+            hooks,
+            drop_reasons: tp.drop_reasons,
+            _stats: stats,
+        })
+    }
+}
+
+/// Each tracepoint's field offsets, from tracefs, which become globals of its program (a 0
+/// offset leaves that program idle), or why they could not be read.
+struct TracepointOffsets {
+    /// tcp_retransmit_skb, kfree_skb, qdisc_dequeue (the order of `TRACEPOINTS`).
+    results: [Result<Vec<(&'static str, u32)>>; 3],
+    drop_reasons: HashMap<u32, String>,
+}
+
+impl TracepointOffsets {
+    fn read() -> Self {
         let root = tracefs::root();
         let event = |cat: &str, name: &str| -> Result<EventFormat> {
             let root = root.as_ref().map_err(|e| anyhow!("{e:#}"))?;
             EventFormat::read(root, cat, name)
         };
-        // Each tracepoint's field offsets become globals; a 0 offset leaves that program idle.
         let retx = event("tcp", "tcp_retransmit_skb").and_then(|f| {
             Ok(vec![
                 (globals::RETX_OFF_FAMILY, f.offset("family")?),
@@ -80,108 +102,116 @@ impl Loaded {
         });
         let qdisc = event("qdisc", "qdisc_dequeue")
             .and_then(|deq| Ok(vec![(globals::QDEQ_OFF_SKB, deq.offset("skbaddr")?)]));
-
-        let gap_ns = u64::try_from(cfg.burst_gap.as_nanos()).unwrap_or(u64::MAX);
-        let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("reading {path}: {e}"))?;
-        let slots = cfg.maps.series_slots_for(cpus);
-        let slots_mask = slots - 1;
-        let peer_slots = cfg.maps.peer_slots_for(cpus);
-        let peer_slots_mask = peer_slots - 1;
-        let burst_records = cfg.maps.burst_records_for(cpus);
-        let burst_shift = burst_records.trailing_zeros();
-        let cpus_u32 = u32::try_from(cpus).context("more CPUs than a map can index")?;
-        let mut loader = loader_without_kernel_btf();
-        loader
-            .override_global(globals::BURST_GAP_NS, &gap_ns, true)
-            .override_global(globals::SERIES_SLOTS_MASK, &slots_mask, true)
-            .map_max_entries(names::SERIES_SLOTS, slots)
-            .override_global(globals::PEER_SLOTS_MASK, &peer_slots_mask, true)
-            .map_max_entries(names::PEER_SLOTS, peer_slots)
-            .map_max_entries(names::FLOWS, cfg.maps.flows)
-            .map_max_entries(names::CONNS, cfg.maps.conns)
-            .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
-            .override_global(globals::BURST_EVENTS_SHIFT, &burst_shift, true)
-            .override_global(globals::STORES_ARE_ORDERED, &STORES_ARE_ORDERED, true)
-            .map_max_entries(
-                names::BURST_EVENTS,
-                burst_records
-                    .checked_mul(cpus_u32)
-                    .context("the burst-end rings are too large for one map")?,
-            )
-            .map_max_entries(names::BURST_EVENTS_POS, cpus_u32);
-        let offsets: Vec<(&'static str, u32)> = [&retx, &drops, &qdisc]
-            .into_iter()
-            .filter_map(|r| r.as_ref().ok())
-            .flatten()
-            .copied()
-            .collect();
-        for (global, off) in &offsets {
-            loader.override_global(global, off, true);
-        }
-        let mut ebpf = loader.load(OBJECT).map_err(|e| {
-            anyhow!(
-                "loading the eBPF object failed: {} (the kernel needs BTF and BPF support; run with --log debug for details)",
-                first_line(e)
-            )
-        })?;
-        tracing::debug!("eBPF object loaded ({} bytes)", OBJECT.len());
-
-        let mut hooks = Hooks::default();
-        match attach_sock_ops(&mut ebpf) {
-            Ok(path) => {
-                hooks.sock_ops = true;
-                tracing::info!("sock_ops attached to cgroup v2 root {}", path);
-            }
-            Err(e) => tracing::warn!(
-                "per-connection RTT is off: sock_ops could not attach: {e:#}; flow accounting and retransmits still work"
-            ),
-        }
-        let attached: Vec<bool> = [retx, drops, qdisc]
-            .into_iter()
-            .zip(&TRACEPOINTS)
-            .map(|(offsets, tp)| {
-                match offsets
-                    .and_then(|_| attach_tracepoint(&mut ebpf, tp.program, tp.category, tp.event))
-                {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::warn!(
-                            "{}: tracepoint {}:{}: {e:#}",
-                            tp.lost,
-                            tp.category,
-                            tp.event
-                        );
-                        false
-                    }
-                }
-            })
-            .collect();
-        (hooks.tcp_retransmit, hooks.kfree_skb, hooks.qdisc) =
-            (attached[0], attached[1], attached[2]);
-
-        let stats = if crate::host::privilege::has_sys_admin() {
-            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
-                Ok(fd) => {
-                    hooks.bpf_stats = true;
-                    Some(fd)
-                }
-                Err(e) => {
-                    tracing::warn!("BPF run-time statistics are off: {e}");
-                    None
-                }
-            }
-        } else {
-            tracing::warn!(
-                "BPF run-time statistics need CAP_SYS_ADMIN; probe_bpf_run_seconds_total stays 0"
-            );
-            None
-        };
-        Ok(Self {
-            ebpf,
-            hooks,
+        Self {
+            results: [retx, drops, qdisc],
             drop_reasons,
-            _stats: stats,
+        }
+    }
+}
+
+/// The object, sized for this host's CPUs and `[maps]`, with the tracepoints' offsets.
+fn load_object(cfg: &Config, tp: &TracepointOffsets) -> Result<Ebpf> {
+    let gap_ns = u64::try_from(cfg.burst_gap.as_nanos()).unwrap_or(u64::MAX);
+    let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("reading {path}: {e}"))?;
+    let slots = cfg.maps.series_slots_for(cpus);
+    let slots_mask = slots - 1;
+    let peer_slots = cfg.maps.peer_slots_for(cpus);
+    let peer_slots_mask = peer_slots - 1;
+    let burst_records = cfg.maps.burst_records_for(cpus);
+    let burst_shift = burst_records.trailing_zeros();
+    let cpus_u32 = u32::try_from(cpus).context("more CPUs than a map can index")?;
+    let mut loader = loader_without_kernel_btf();
+    loader
+        .override_global(globals::BURST_GAP_NS, &gap_ns, true)
+        .override_global(globals::SERIES_SLOTS_MASK, &slots_mask, true)
+        .map_max_entries(names::SERIES_SLOTS, slots)
+        .override_global(globals::PEER_SLOTS_MASK, &peer_slots_mask, true)
+        .map_max_entries(names::PEER_SLOTS, peer_slots)
+        .map_max_entries(names::FLOWS, cfg.maps.flows)
+        .map_max_entries(names::CONNS, cfg.maps.conns)
+        .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
+        .override_global(globals::BURST_EVENTS_SHIFT, &burst_shift, true)
+        .override_global(globals::STORES_ARE_ORDERED, &STORES_ARE_ORDERED, true)
+        .map_max_entries(
+            names::BURST_EVENTS,
+            burst_records
+                .checked_mul(cpus_u32)
+                .context("the burst-end rings are too large for one map")?,
+        )
+        .map_max_entries(names::BURST_EVENTS_POS, cpus_u32);
+    let offsets: Vec<(&'static str, u32)> = tp
+        .results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .flatten()
+        .copied()
+        .collect();
+    for (global, off) in &offsets {
+        loader.override_global(global, off, true);
+    }
+    let ebpf = loader.load(OBJECT).map_err(|e| {
+        anyhow!(
+            "loading the eBPF object failed: {} (the kernel needs BTF and BPF support; run with --log debug for details)",
+            first_line(e)
+        )
+    })?;
+    tracing::debug!("eBPF object loaded ({} bytes)", OBJECT.len());
+    Ok(ebpf)
+}
+
+/// Attaches sock_ops and the tracepoints whose offsets were read; a hook the kernel refuses
+/// is logged and left out.
+fn attach(ebpf: &mut Ebpf, tracepoints: [Result<Vec<(&'static str, u32)>>; 3]) -> Hooks {
+    let mut hooks = Hooks::default();
+    match attach_sock_ops(ebpf) {
+        Ok(path) => {
+            hooks.sock_ops = true;
+            tracing::info!("sock_ops attached to cgroup v2 root {}", path);
+        }
+        Err(e) => tracing::warn!(
+            "per-connection RTT is off: sock_ops could not attach: {e:#}; flow accounting and retransmits still work"
+        ),
+    }
+    let attached: Vec<bool> = tracepoints
+        .into_iter()
+        .zip(&TRACEPOINTS)
+        .map(|(offsets, tp)| {
+            match offsets.and_then(|_| attach_tracepoint(ebpf, tp.program, tp.category, tp.event)) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: tracepoint {}:{}: {e:#}",
+                        tp.lost,
+                        tp.category,
+                        tp.event
+                    );
+                    false
+                }
+            }
         })
+        .collect();
+    (hooks.tcp_retransmit, hooks.kfree_skb, hooks.qdisc) = (attached[0], attached[1], attached[2]);
+    hooks
+}
+
+/// Turns the kernel's BPF run-time statistics on for as long as the returned fd is held.
+fn enable_stats(hooks: &mut Hooks) -> Option<OwnedFd> {
+    if crate::host::privilege::has_sys_admin() {
+        match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(fd) => {
+                hooks.bpf_stats = true;
+                Some(fd)
+            }
+            Err(e) => {
+                tracing::warn!("BPF run-time statistics are off: {e}");
+                None
+            }
+        }
+    } else {
+        tracing::warn!(
+            "BPF run-time statistics need CAP_SYS_ADMIN; probe_bpf_run_seconds_total stays 0"
+        );
+        None
     }
 }
 
