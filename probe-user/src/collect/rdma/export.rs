@@ -30,7 +30,23 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
         .iter()
         .map(|p| (p, p.port.to_string()))
         .collect();
+    encode_info(&ports, encoder)?;
+    encode_rates(&ports, encoder)?;
+    encode_known_counters(&ports, encoder)?;
+    encode_other_counters(&ports, encoder)?;
+    encode_saturated(&ports, encoder)?;
+    encoder
+        .encode_descriptor(
+            "probe_rdma_read_errors",
+            "RDMA sysfs reads that failed (unsupported counter, I/O error, unparsable value) since start.",
+            None,
+            MetricType::Counter,
+        )?
+        .encode_counter::<NoLabelSet, _, u64>(&snapshot.read_errors_total, None)
+}
 
+/// `probe_rdma_port_info`: link layer and states of each port.
+fn encode_info(ports: &[(&RdmaPort, String)], encoder: &mut DescriptorEncoder) -> fmt::Result {
     if !ports.is_empty() {
         let mut info = encoder.encode_descriptor(
             "probe_rdma_port",
@@ -38,7 +54,7 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
             None,
             MetricType::Info,
         )?;
-        for (p, port) in &ports {
+        for (p, port) in ports {
             let labels = [
                 ("device", p.device.as_str()),
                 ("port", port.as_str()),
@@ -49,7 +65,11 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
             info.encode_info(&labels)?;
         }
     }
+    Ok(())
+}
 
+/// The ports' link rates.
+fn encode_rates(ports: &[(&RdmaPort, String)], encoder: &mut DescriptorEncoder) -> fmt::Result {
     let with_rate: Vec<_> = ports
         .iter()
         .filter_map(|(p, port)| p.rate_bits_per_second.map(|r| (*p, port, r)))
@@ -66,7 +86,14 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
             gauge.encode_family(&labels)?.encode_gauge(&rate)?;
         }
     }
+    Ok(())
+}
 
+/// The counters [`PORT_METRICS`] names, one family each.
+fn encode_known_counters(
+    ports: &[(&RdmaPort, String)],
+    encoder: &mut DescriptorEncoder,
+) -> fmt::Result {
     for metric in PORT_METRICS {
         let values: Vec<_> = ports
             .iter()
@@ -84,7 +111,14 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
                 .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
         }
     }
+    Ok(())
+}
 
+/// Every other counter file, by group, labelled with its name.
+fn encode_other_counters(
+    ports: &[(&RdmaPort, String)],
+    encoder: &mut DescriptorEncoder,
+) -> fmt::Result {
     for (group, name, help) in [
         (
             Group::Counters,
@@ -122,7 +156,11 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
                 .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
         }
     }
+    Ok(())
+}
 
+/// The legacy counters stuck at their maximum.
+fn encode_saturated(ports: &[(&RdmaPort, String)], encoder: &mut DescriptorEncoder) -> fmt::Result {
     if ports.iter().any(|(p, _)| !p.saturated.is_empty()) {
         let mut gauge = encoder.encode_descriptor(
             "probe_rdma_port_counter_saturated",
@@ -130,7 +168,7 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
             None,
             MetricType::Gauge,
         )?;
-        for (p, port) in &ports {
+        for (p, port) in ports {
             for file in &p.saturated {
                 let labels = [
                     ("device", p.device.as_str()),
@@ -141,15 +179,7 @@ pub fn encode_metrics(snapshot: &RdmaSnapshot, encoder: &mut DescriptorEncoder) 
             }
         }
     }
-
-    encoder
-        .encode_descriptor(
-            "probe_rdma_read_errors",
-            "RDMA sysfs reads that failed (unsupported counter, I/O error, unparsable value) since start.",
-            None,
-            MetricType::Counter,
-        )?
-        .encode_counter::<NoLabelSet, _, u64>(&snapshot.read_errors_total, None)
+    Ok(())
 }
 
 #[cfg(test)]
