@@ -45,6 +45,15 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
 
 pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> {
     let mut r = Report { lines: Vec::new() };
+    settings(&mut r, cfg, web, model);
+    let sys_admin = host(&mut r);
+    let tracepoints = tracepoints(&mut r, sys_admin);
+    let (mode, selected) = attachment(&mut r, cfg);
+    r.print(&selected, mode, &tracepoints)
+}
+
+/// The settings: config, model, web and whether the listen address is free.
+fn settings(r: &mut Report, cfg: &Config, web: &WebConfig, model: Option<&Bound>) {
     r.add(
         Level::Ok,
         "config",
@@ -96,7 +105,10 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
         Ok(_) => r.add(Level::Ok, "listen", format!("{} is free", cfg.listen)),
         Err(e) => r.add(Level::Fail, "listen", format!("{}: {e}", cfg.listen)),
     }
+}
 
+/// Privileges, kernel, BTF and cgroup v2; whether probe has CAP_SYS_ADMIN.
+fn host(r: &mut Report) -> bool {
     let sys_admin = privilege::has_sys_admin();
     match privilege::check() {
         Ok(()) if sys_admin => r.add(Level::Ok, "privileges", "CAP_SYS_ADMIN (all of them)"),
@@ -143,8 +155,11 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
             format!("{e:#}; per-connection RTT would be off"),
         ),
     }
+    sys_admin
+}
 
-    // tracefs, without mounting it.
+/// tracefs, without mounting it, and the tracepoints whose formats it has.
+fn tracepoints(r: &mut Report, sys_admin: bool) -> Vec<String> {
     let root = tracefs::mounted();
     match &root {
         Some(p) => r.add(Level::Ok, "tracefs", p.display().to_string()),
@@ -172,7 +187,11 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
             Err(e) => r.add(Level::Warn, "tracepoint", format!("{e:#}: {}", tp.lost)),
         }
     }
+    tracepoints
+}
 
+/// How TC programs would attach, and to which interfaces; RDMA devices.
+fn attachment(r: &mut Report, cfg: &Config) -> (&'static str, Result<Vec<String>>) {
     let mode = match Mode::resolve(cfg.tc_attach) {
         Ok(Mode::Tcx) => "TCX links",
         Ok(Mode::Netlink) => "netlink filters on a clsact qdisc",
@@ -210,42 +229,54 @@ pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> 
             r.add(Level::Ok, "rdma", devices.join(", "));
         }
     }
+    (mode, selected)
+}
 
-    for (level, what, detail) in &r.lines {
-        let tag = match level {
-            Level::Ok => "ok  ",
-            Level::Warn => "warn",
-            Level::Fail => "FAIL",
-        };
-        println!("{tag}  {what:<11} {detail}");
-    }
-    let mut attach = Vec::new();
-    if let Ok(names) = &selected {
-        if !names.is_empty() {
-            attach.push(format!(
-                "TC ingress and egress programs on {} ({mode})",
-                names.join(", ")
-            ));
+impl Report {
+    /// Prints the checks and what would attach; an error names the failed checks.
+    fn print(
+        &self,
+        selected: &Result<Vec<String>>,
+        mode: &str,
+        tracepoints: &[String],
+    ) -> Result<()> {
+        let r = self;
+        for (level, what, detail) in &r.lines {
+            let tag = match level {
+                Level::Ok => "ok  ",
+                Level::Warn => "warn",
+                Level::Fail => "FAIL",
+            };
+            println!("{tag}  {what:<11} {detail}");
         }
-    }
-    attach.push("sock_ops on the cgroup v2 root".into());
-    if !tracepoints.is_empty() {
-        attach.push(format!("tracepoints {}", tracepoints.join(", ")));
-    }
-    println!("would attach: {}", attach.join("; "));
+        let mut attach = Vec::new();
+        if let Ok(names) = selected {
+            if !names.is_empty() {
+                attach.push(format!(
+                    "TC ingress and egress programs on {} ({mode})",
+                    names.join(", ")
+                ));
+            }
+        }
+        attach.push("sock_ops on the cgroup v2 root".into());
+        if !tracepoints.is_empty() {
+            attach.push(format!("tracepoints {}", tracepoints.join(", ")));
+        }
+        println!("would attach: {}", attach.join("; "));
 
-    let fails: Vec<&str> = r
-        .lines
-        .iter()
-        .filter(|l| l.0 == Level::Fail)
-        .map(|l| l.1)
-        .collect();
-    let warns = r.lines.iter().filter(|l| l.0 == Level::Warn).count();
-    if !fails.is_empty() {
-        bail!("probe run would not start here: {}", fails.join(", "));
+        let fails: Vec<&str> = r
+            .lines
+            .iter()
+            .filter(|l| l.0 == Level::Fail)
+            .map(|l| l.1)
+            .collect();
+        let warns = r.lines.iter().filter(|l| l.0 == Level::Warn).count();
+        if !fails.is_empty() {
+            bail!("probe run would not start here: {}", fails.join(", "));
+        }
+        println!("ready ({warns} warning(s))");
+        Ok(())
     }
-    println!("ready ({warns} warning(s))");
-    Ok(())
 }
 
 /// The interfaces `probe run` would attach to now.
