@@ -82,6 +82,62 @@ fn silhouette(x: &Array2<f64>, labels: &[usize], k: usize) -> f64 {
     total / idx.len() as f64
 }
 
+/// What sets a cluster (medians `m`) apart from the calm one (`b`).
+fn describe(m: &[f64], b: &[f64]) -> String {
+    let ratio = |f: usize| m[f] / b[f];
+    let mut parts = Vec::new();
+    let (rtt, it, thr) = (ratio(0), ratio(4), ratio(2));
+    if rtt.is_finite() && rtt >= 1.3 {
+        parts.push(format!("RTT x{rtt:.1}"));
+    }
+    if it.is_finite() && (it >= 1.15 || it <= 0.87) {
+        parts.push(format!("iteration x{it:.1}"));
+    }
+    if thr.is_finite() && (thr >= 1.3 || thr <= 0.77) {
+        parts.push(format!("throughput x{thr:.2}"));
+    }
+    if m[3] >= 1.0 && m[3] >= 3.0 * b[3].max(0.1) {
+        parts.push(format!("{:.0} retransmits/s", m[3]));
+    }
+    let congested = (rtt.is_finite() && rtt >= 1.5)
+        || (it.is_finite() && it >= 1.3)
+        || (m[3] >= 1.0 && m[3] >= 3.0 * b[3].max(0.1));
+    let name = if congested {
+        "congested"
+    } else if thr.is_finite() && thr <= 0.2 {
+        "idle"
+    } else {
+        "near calm"
+    };
+    if parts.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}: {}", parts.join(", "))
+    }
+}
+
+/// k-means for k = 2..4 (seeded), the k with the best silhouette: (silhouette, k, labels).
+fn best_kmeans(x: &Array2<f64>) -> Option<(f64, usize, Vec<usize>)> {
+    let data = DatasetBase::from(x.clone());
+    let mut best: Option<(f64, usize, Vec<usize>)> = None;
+    for k in 2..=4 {
+        let Ok(model) = KMeans::params_with_rng(k, Xoshiro256Plus::seed_from_u64(7))
+            .n_runs(5)
+            .max_n_iterations(300)
+            .tolerance(1e-6)
+            .fit(&data)
+        else {
+            continue;
+        };
+        let labels: Vec<usize> = model.predict(x).to_vec();
+        let sil = silhouette(x, &labels, k);
+        if best.as_ref().is_none_or(|b| sil > b.0) {
+            best = Some((sil, k, labels));
+        }
+    }
+    best
+}
+
 pub fn cluster(s: &Series) -> Option<Clusters> {
     // A tick without a known iteration is in a stretch where iterations could not be told
     // apart (stalled, or far slower than usual): the slowest known iteration stands in.
@@ -122,24 +178,7 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
         let sd = col.std(0.0).max(0.05);
         x.column_mut(c).mapv_inplace(|v| (v - mean) / sd);
     }
-    let data = DatasetBase::from(x.clone());
-    let mut best: Option<(f64, usize, Vec<usize>)> = None;
-    for k in 2..=4 {
-        let Ok(model) = KMeans::params_with_rng(k, Xoshiro256Plus::seed_from_u64(7))
-            .n_runs(5)
-            .max_n_iterations(300)
-            .tolerance(1e-6)
-            .fit(&data)
-        else {
-            continue;
-        };
-        let labels: Vec<usize> = model.predict(&x).to_vec();
-        let sil = silhouette(&x, &labels, k);
-        if best.as_ref().is_none_or(|b| sil > b.0) {
-            best = Some((sil, k, labels));
-        }
-    }
-    let (sil, k, labels) = best?;
+    let (sil, k, labels) = best_kmeans(&x)?;
     let mut of_tick = vec![None; s.t.len()];
     for ((i, _), l) in rows.iter().zip(&labels) {
         of_tick[*i] = Some(*l);
@@ -181,41 +220,10 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
     let clusters = (0..k)
         .map(|c| {
             let ticks = labels.iter().filter(|l| **l == c).count();
-            let m = &medians[c];
-            let b = &medians[calm];
-            let ratio = |f: usize| m[f] / b[f];
             let description = if c == calm {
                 "calm iterations".to_owned()
             } else {
-                let mut parts = Vec::new();
-                let (rtt, it, thr) = (ratio(0), ratio(4), ratio(2));
-                if rtt.is_finite() && rtt >= 1.3 {
-                    parts.push(format!("RTT x{rtt:.1}"));
-                }
-                if it.is_finite() && (it >= 1.15 || it <= 0.87) {
-                    parts.push(format!("iteration x{it:.1}"));
-                }
-                if thr.is_finite() && (thr >= 1.3 || thr <= 0.77) {
-                    parts.push(format!("throughput x{thr:.2}"));
-                }
-                if m[3] >= 1.0 && m[3] >= 3.0 * b[3].max(0.1) {
-                    parts.push(format!("{:.0} retransmits/s", m[3]));
-                }
-                let congested = (rtt.is_finite() && rtt >= 1.5)
-                    || (it.is_finite() && it >= 1.3)
-                    || (m[3] >= 1.0 && m[3] >= 3.0 * b[3].max(0.1));
-                let name = if congested {
-                    "congested"
-                } else if thr.is_finite() && thr <= 0.2 {
-                    "idle"
-                } else {
-                    "near calm"
-                };
-                if parts.is_empty() {
-                    name.to_owned()
-                } else {
-                    format!("{name}: {}", parts.join(", "))
-                }
+                describe(&medians[c], &medians[calm])
             };
             Cluster {
                 id: c,

@@ -15,7 +15,7 @@ mod series;
 mod timing;
 mod traffic;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
@@ -141,6 +141,19 @@ fn document(
             .map(|l| format!(", a lab run of {} ranks ({})", l.ranks, l.pattern))
             .unwrap_or_default()
     ));
+    summary(&mut d, a);
+    if let Some(c) = check {
+        lab_check(&mut d, a, c);
+    }
+    who_talks(&mut d, a);
+    pattern_section(&mut d, a);
+    timing_section(&mut d, a)?;
+    over_time(&mut d, rec, a)?;
+    Ok(d)
+}
+
+/// The summary: pattern, period, communication share, changes.
+fn summary(d: &mut report::Doc, a: &Analysis) {
     d.h(1, "Summary");
     let t = &a.timing;
     d.list(vec![
@@ -169,65 +182,71 @@ fn document(
             a.clusters.as_ref().map_or(0, |c| c.k)
         ),
     ]);
-    if let Some(c) = check {
-        d.h(1, "Lab ground truth");
-        let mut rows = vec![
-            vec![
-                "pattern".into(),
-                c.pattern_expected.clone(),
-                c.pattern_found.clone(),
-                if c.pattern_ok { "yes" } else { "**no**" }.into(),
-            ],
-            vec![
-                "iteration period".into(),
-                format!("{} s (traingen's median)", num(c.traingen_median_s, 4)),
-                format!(
-                    "{} s ({:+.1}%)",
-                    num(c.period_s, 4),
-                    100.0 * (c.period_s / c.traingen_median_s - 1.0)
-                ),
-                if c.period_ok {
-                    "yes (within 10%)"
-                } else {
-                    "**no**"
-                }
-                .into(),
-            ],
-        ];
-        for e in &c.edges {
-            rows.push(vec![
-                format!("{} {}", e.episode, e.edge),
-                format!("abrupt, at {:.1} s", e.time_unix - a.start_unix),
-                e.nearest_ticks.map_or("no change point".into(), |n| {
-                    format!("nearest change point {n:+.1} ticks")
-                }),
-                if e.found {
-                    "yes (within 2 ticks)"
-                } else {
-                    "**no**"
-                }
-                .into(),
-            ]);
-        }
-        if let (Some(x), Some(y)) = (c.episode_ticks_not_calm, c.calm_ticks_calm) {
-            rows.push(vec![
-                "clusters".into(),
-                "abrupt episodes apart from calm".into(),
-                format!(
-                    "{:.0}% of episode ticks outside the calm cluster, {:.0}% of calm ticks in it",
-                    100.0 * x,
-                    100.0 * y
-                ),
-                if x >= 0.7 && y >= 0.7 {
-                    "yes"
-                } else {
-                    "**no**"
-                }
-                .into(),
-            ]);
-        }
-        d.table(&["check", "the lab ran", "found", "agrees"], rows);
+}
+
+/// What the lab ran against what was found.
+fn lab_check(d: &mut report::Doc, a: &Analysis, c: &labcheck::LabCheck) {
+    d.h(1, "Lab ground truth");
+    let mut rows = vec![
+        vec![
+            "pattern".into(),
+            c.pattern_expected.clone(),
+            c.pattern_found.clone(),
+            if c.pattern_ok { "yes" } else { "**no**" }.into(),
+        ],
+        vec![
+            "iteration period".into(),
+            format!("{} s (traingen's median)", num(c.traingen_median_s, 4)),
+            format!(
+                "{} s ({:+.1}%)",
+                num(c.period_s, 4),
+                100.0 * (c.period_s / c.traingen_median_s - 1.0)
+            ),
+            if c.period_ok {
+                "yes (within 10%)"
+            } else {
+                "**no**"
+            }
+            .into(),
+        ],
+    ];
+    for e in &c.edges {
+        rows.push(vec![
+            format!("{} {}", e.episode, e.edge),
+            format!("abrupt, at {:.1} s", e.time_unix - a.start_unix),
+            e.nearest_ticks.map_or("no change point".into(), |n| {
+                format!("nearest change point {n:+.1} ticks")
+            }),
+            if e.found {
+                "yes (within 2 ticks)"
+            } else {
+                "**no**"
+            }
+            .into(),
+        ]);
     }
+    if let (Some(x), Some(y)) = (c.episode_ticks_not_calm, c.calm_ticks_calm) {
+        rows.push(vec![
+            "clusters".into(),
+            "abrupt episodes apart from calm".into(),
+            format!(
+                "{:.0}% of episode ticks outside the calm cluster, {:.0}% of calm ticks in it",
+                100.0 * x,
+                100.0 * y
+            ),
+            if x >= 0.7 && y >= 0.7 {
+                "yes"
+            } else {
+                "**no**"
+            }
+            .into(),
+        ]);
+    }
+    d.table(&["check", "the lab ran", "found", "agrees"], rows);
+}
+
+/// The traffic matrix from this host's side.
+fn who_talks(d: &mut report::Doc, a: &Analysis) {
     d.h(1, "Who talks to whom");
     d.p("Bytes between this host and each peer over the recording (TC counters of the monitored interfaces). `typical` is the median rate over the ticks: cross traffic that only runs part of the time barely moves it. A job peer is one whose bursts repeat with the job's iteration.");
     d.table(
@@ -259,6 +278,10 @@ fn document(
             })
             .collect(),
     );
+}
+
+/// The pattern with its scores and evidence.
+fn pattern_section(d: &mut report::Doc, a: &Analysis) {
     d.h(1, "Pattern");
     d.p(format!(
         "**{}**{}, confidence {:.0}%. Scores: {}.",
@@ -276,6 +299,11 @@ fn document(
             .join(", ")
     ));
     d.list(a.pattern.evidence.clone());
+}
+
+/// Iteration timing, its phases and burst sizes, with figures.
+fn timing_section(d: &mut report::Doc, a: &Analysis) -> Result<()> {
+    let t = &a.timing;
     d.h(1, "Timing");
     d.table(
         &["measure", "value"],
@@ -340,6 +368,12 @@ fn document(
         "burst-sizes.svg",
         plots::burst_sizes(&a.recording, t).map_err(err)?,
     );
+    Ok(())
+}
+
+/// Change points and clusters over time, with the lab's episodes shaded.
+fn over_time(d: &mut report::Doc, rec: &Recording, a: &Analysis) -> Result<()> {
+    let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("drawing a figure: {e}");
     d.h(1, "Over time: change points and clusters");
     d.p("Change points: ticks where the median of RTT, throughput, retransmits or iteration length over the 5 ticks after differs from the 5 before by more than the signals' tick-to-tick noise allows. Clusters: the ticks grouped by k-means on the daemon's own 5 s features (RTT, throughput, retransmits) and the iteration length; k by the silhouette.");
     d.table(
@@ -388,7 +422,7 @@ fn document(
         d.p("Shaded: the lab's congestion episodes. Red lines: change points.");
     }
     d.figure("timeline.svg", plots::timeline(a, &spans).map_err(err)?);
-    Ok(d)
+    Ok(())
 }
 
 fn write_doc(dir: &std::path::Path, d: &report::Doc) -> Result<()> {
@@ -398,6 +432,76 @@ fn write_doc(dir: &std::path::Path, d: &report::Doc) -> Result<()> {
     }
     std::fs::write(dir.join("report.md"), d.markdown())?;
     std::fs::write(dir.join("report.html"), d.html())?;
+    Ok(())
+}
+
+/// The job across hosts: the bytes each host sent to each address.
+fn job_report(out: &Path, group: &[(Recording, Analysis)]) -> Result<()> {
+    let hosts: Vec<(String, Option<String>, &traffic::Matrix)> = group
+        .iter()
+        .map(|(r, a)| {
+            (
+                r.name.clone(),
+                r.lab.as_ref().and_then(|l| l.addr.clone()),
+                &a.matrix,
+            )
+        })
+        .collect();
+    let jm = traffic::job_matrix(&hosts);
+    let mut d = report::Doc::new("probe analyze: the job across hosts");
+    d.p("MB each host (row) sent to each address (column) over its recording.");
+    let mut head = vec!["host"];
+    head.extend(jm.addresses.iter().map(String::as_str));
+    d.table(
+        &head,
+        jm.hosts
+            .iter()
+            .zip(&jm.bytes)
+            .map(|(h, row)| {
+                std::iter::once(h.clone())
+                    .chain(row.iter().map(|b| mb(*b)))
+                    .collect()
+            })
+            .collect(),
+    );
+    write_doc(&out.join("job"), &d)?;
+    std::fs::write(
+        out.join("job").join("matrix.json"),
+        serde_json::to_vec_pretty(&jm)?,
+    )?;
+    Ok(())
+}
+
+/// One recording against another: medians and a Mann-Whitney test per measure.
+fn compare_report(
+    out: &Path,
+    (ra, a): &(Recording, Analysis),
+    (rb, b): &(Recording, Analysis),
+) -> Result<()> {
+    let rows = compare::compare(a, b);
+    let mut d = report::Doc::new(format!("probe analyze: {} against {}", ra.name, rb.name));
+    d.p("Medians; p is a two-sided Mann-Whitney U test on the per-iteration (or per-tick) samples. A difference is significant at p < 0.01 with medians more than 5% apart.");
+    d.table(
+        &["", ra.name.as_str(), rb.name.as_str(), "p", "differs"],
+        rows.iter()
+            .map(|r| {
+                vec![
+                    r.what.clone(),
+                    r.a.clone(),
+                    r.b.clone(),
+                    r.p.map_or("".into(), |p| format!("{p:.2e}")),
+                    if r.significant { "**yes**" } else { "" }.into(),
+                ]
+            })
+            .collect(),
+    );
+    let dir = out.join("compare");
+    write_doc(&dir, &d)?;
+    std::fs::write(dir.join("compare.json"), serde_json::to_vec_pretty(&rows)?)?;
+    eprintln!(
+        "analyze: comparison -> {}",
+        dir.join("report.html").display()
+    );
     Ok(())
 }
 
@@ -458,64 +562,10 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
         }
     }
     if group.len() > 1 {
-        let hosts: Vec<(String, Option<String>, &traffic::Matrix)> = group
-            .iter()
-            .map(|(r, a)| {
-                (
-                    r.name.clone(),
-                    r.lab.as_ref().and_then(|l| l.addr.clone()),
-                    &a.matrix,
-                )
-            })
-            .collect();
-        let jm = traffic::job_matrix(&hosts);
-        let mut d = report::Doc::new("probe analyze: the job across hosts");
-        d.p("MB each host (row) sent to each address (column) over its recording.");
-        let mut head = vec!["host"];
-        head.extend(jm.addresses.iter().map(String::as_str));
-        d.table(
-            &head,
-            jm.hosts
-                .iter()
-                .zip(&jm.bytes)
-                .map(|(h, row)| {
-                    std::iter::once(h.clone())
-                        .chain(row.iter().map(|b| mb(*b)))
-                        .collect()
-                })
-                .collect(),
-        );
-        write_doc(&args.out.join("job"), &d)?;
-        std::fs::write(
-            args.out.join("job").join("matrix.json"),
-            serde_json::to_vec_pretty(&jm)?,
-        )?;
+        job_report(&args.out, &group)?;
     }
-    if let (Some((ra, a)), Some((rb, b))) = (group.first(), other.first()) {
-        let rows = compare::compare(a, b);
-        let mut d = report::Doc::new(format!("probe analyze: {} against {}", ra.name, rb.name));
-        d.p("Medians; p is a two-sided Mann-Whitney U test on the per-iteration (or per-tick) samples. A difference is significant at p < 0.01 with medians more than 5% apart.");
-        d.table(
-            &["", ra.name.as_str(), rb.name.as_str(), "p", "differs"],
-            rows.iter()
-                .map(|r| {
-                    vec![
-                        r.what.clone(),
-                        r.a.clone(),
-                        r.b.clone(),
-                        r.p.map_or("".into(), |p| format!("{p:.2e}")),
-                        if r.significant { "**yes**" } else { "" }.into(),
-                    ]
-                })
-                .collect(),
-        );
-        let dir = args.out.join("compare");
-        write_doc(&dir, &d)?;
-        std::fs::write(dir.join("compare.json"), serde_json::to_vec_pretty(&rows)?)?;
-        eprintln!(
-            "analyze: comparison -> {}",
-            dir.join("report.html").display()
-        );
+    if let (Some(a), Some(b)) = (group.first(), other.first()) {
+        compare_report(&args.out, a, b)?;
     }
     Ok(())
 }

@@ -107,7 +107,16 @@ fn centroid(occ: &[f64]) -> f64 {
     y.atan2(x).rem_euclid(std::f64::consts::TAU) / std::f64::consts::TAU * n
 }
 
-pub fn classify(profiles: &[Profile]) -> Pattern {
+/// Per peer of the job (by name), the evidence of its two directions, and when each
+/// direction is active in the folded iteration (None for a direction without a shape).
+#[allow(clippy::type_complexity)]
+fn peer_evidence(
+    profiles: &[Profile],
+) -> (
+    Vec<PeerEvidence>,
+    Vec<Option<Vec<bool>>>,
+    Vec<Option<Vec<bool>>>,
+) {
     let mut peers: Vec<PeerEvidence> = Vec::new();
     let mut names: Vec<&str> = profiles.iter().map(|p| p.peer.as_str()).collect();
     names.sort();
@@ -125,42 +134,7 @@ pub fn classify(profiles: &[Profile]) -> Pattern {
             0.0
         };
         let (concurrency, order) = match (tx.filter(|p| p.shaped), rx.filter(|p| p.shaped)) {
-            (Some(t), Some(r)) => {
-                let (ct, cr) = (centroid(&t.occupancy), centroid(&r.occupancy));
-                // Where the send sits after the receive, in bins, in (-n/2, n/2].
-                let n = PHASE_BINS as f64;
-                let mut gap = (ct - cr).rem_euclid(n);
-                if gap > n / 2.0 {
-                    gap -= n;
-                }
-                // Overlap of the two occupancies over the smaller one's mass: a phase
-                // right after another touches it only at the edge.
-                let both: f64 = t
-                    .occupancy
-                    .iter()
-                    .zip(&r.occupancy)
-                    .map(|(a, b)| a.min(*b))
-                    .sum();
-                let least = t
-                    .occupancy
-                    .iter()
-                    .sum::<f64>()
-                    .min(r.occupancy.iter().sum::<f64>());
-                let c = if least > 0.0 {
-                    (both / least).clamp(0.0, 1.0)
-                } else {
-                    0.0
-                };
-                // The order shows in where the two directions' activity sits, even when
-                // a request's ACKs and its reply merged into one long burst (then the
-                // overlap says "at once" but the reply still comes later).
-                let order = (symmetry > 0.3 && gap.abs() >= 2.0).then_some(if gap > 0.0 {
-                    "receive, then send"
-                } else {
-                    "send, then receive"
-                });
-                (c, order)
-            }
+            (Some(t), Some(r)) => direction_overlap(t, r, symmetry),
             _ => (0.0, None),
         };
         let ta = tx.filter(|p| p.shaped).map(active);
@@ -176,41 +150,58 @@ pub fn classify(profiles: &[Profile]) -> Pattern {
         tx_act.push(ta);
         rx_act.push(ra);
     }
-    let n = peers.len();
-    let mut evidence = vec![format!(
-        "{n} peer(s) carry the job's data; {}",
-        peers
-            .iter()
-            .map(|p| format!(
-                "{}: {} ({:.0}% symmetric, directions {:.0}% concurrent{})",
-                p.peer,
-                if p.symmetry >= 0.5 {
-                    "both ways"
-                } else if p.tx_bytes_per_iteration > p.rx_bytes_per_iteration {
-                    "sends"
-                } else {
-                    "receives"
-                },
-                100.0 * p.symmetry,
-                100.0 * p.concurrency,
-                p.order.map(|o| format!(", {o}")).unwrap_or_default()
-            ))
-            .collect::<Vec<_>>()
-            .join("; ")
-    )];
-    let sym = |p: &PeerEvidence| ramp(p.symmetry, 0.3, 0.7);
-    let seq = |p: &PeerEvidence| ramp(p.concurrency, 0.7, 0.4);
-    let mean = |v: Vec<f64>| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
+    (peers, tx_act, rx_act)
+}
 
-    // Ring: two one-way peers in opposite directions, as many bytes each, at once; or, with
-    // two ranks, one peer both ways at once.
-    let ring = if n == 2 {
+/// How the two directions of a peer sit in the iteration: their overlap (0..1) and, for
+/// a two-way peer, which comes first.
+fn direction_overlap(t: &Profile, r: &Profile, symmetry: f64) -> (f64, Option<&'static str>) {
+    let (ct, cr) = (centroid(&t.occupancy), centroid(&r.occupancy));
+    // Where the send sits after the receive, in bins, in (-n/2, n/2].
+    let n = PHASE_BINS as f64;
+    let mut gap = (ct - cr).rem_euclid(n);
+    if gap > n / 2.0 {
+        gap -= n;
+    }
+    // Overlap of the two occupancies over the smaller one's mass: a phase
+    // right after another touches it only at the edge.
+    let both: f64 = t
+        .occupancy
+        .iter()
+        .zip(&r.occupancy)
+        .map(|(a, b)| a.min(*b))
+        .sum();
+    let least = t
+        .occupancy
+        .iter()
+        .sum::<f64>()
+        .min(r.occupancy.iter().sum::<f64>());
+    let c = if least > 0.0 {
+        (both / least).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    // The order shows in where the two directions' activity sits, even when
+    // a request's ACKs and its reply merged into one long burst (then the
+    // overlap says "at once" but the reply still comes later).
+    let order = (symmetry > 0.3 && gap.abs() >= 2.0).then_some(if gap > 0.0 {
+        "receive, then send"
+    } else {
+        "send, then receive"
+    });
+    (c, order)
+}
+
+/// Ring: two one-way peers in opposite directions, as many bytes each, at once; or, with
+/// two ranks, one peer both ways at once.
+fn ring_score(
+    peers: &[PeerEvidence],
+    tx_act: &[Option<Vec<bool>>],
+    rx_act: &[Option<Vec<bool>>],
+    evidence: &mut Vec<String>,
+) -> f64 {
+    let n = peers.len();
+    if n == 2 {
         let (a, b) = (&peers[0], &peers[1]);
         let one_way = |p: &PeerEvidence| ramp(p.symmetry, 0.4, 0.1);
         let a_sends = a.tx_bytes_per_iteration > a.rx_bytes_per_iteration;
@@ -242,12 +233,14 @@ pub fn classify(profiles: &[Profile]) -> Pattern {
         sym(&peers[0]) * ramp(peers[0].concurrency, 0.3, 0.7)
     } else {
         0.0
-    };
+    }
+}
 
-    // Parameter server, server side: every peer both ways, receive then send, in step.
-    // In step: the share of the peers whose receiving (widened by 3% of the iteration each
-    // way) covers the phase where most of them receive.
-    let in_step = if n >= 2 {
+/// In step: the share of the peers whose receiving (widened by 3% of the iteration each
+/// way) covers the phase where most of them receive.
+fn in_step(peers: usize, rx_act: &[Option<Vec<bool>>]) -> f64 {
+    let n = peers;
+    if n >= 2 {
         let acts: Vec<Vec<bool>> = rx_act.iter().flatten().map(|a| widen(a, 3)).collect();
         let most = (0..PHASE_BINS)
             .map(|b| acts.iter().filter(|a| a[b]).count())
@@ -260,21 +253,80 @@ pub fn classify(profiles: &[Profile]) -> Pattern {
         }
     } else {
         0.0
-    };
-    let recv_first = |p: &PeerEvidence| {
-        if p.order == Some("receive, then send") {
-            1.0
-        } else {
-            0.0
-        }
-    };
-    let send_first = |p: &PeerEvidence| {
-        if p.order == Some("send, then receive") {
-            1.0
-        } else {
-            0.0
-        }
-    };
+    }
+}
+
+/// The evidence's first line: the job's peers and how each talks.
+fn describe(peers: &[PeerEvidence]) -> String {
+    let n = peers.len();
+    format!(
+        "{n} peer(s) carry the job's data; {}",
+        peers
+            .iter()
+            .map(|p| format!(
+                "{}: {} ({:.0}% symmetric, directions {:.0}% concurrent{})",
+                p.peer,
+                if p.symmetry >= 0.5 {
+                    "both ways"
+                } else if p.tx_bytes_per_iteration > p.rx_bytes_per_iteration {
+                    "sends"
+                } else {
+                    "receives"
+                },
+                100.0 * p.symmetry,
+                100.0 * p.concurrency,
+                p.order.map(|o| format!(", {o}")).unwrap_or_default()
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    )
+}
+
+/// Symmetric: as many bytes both ways.
+fn sym(p: &PeerEvidence) -> f64 {
+    ramp(p.symmetry, 0.3, 0.7)
+}
+
+/// Sequential: one direction after the other.
+fn seq(p: &PeerEvidence) -> f64 {
+    ramp(p.concurrency, 0.7, 0.4)
+}
+
+fn mean(v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn recv_first(p: &PeerEvidence) -> f64 {
+    if p.order == Some("receive, then send") {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+fn send_first(p: &PeerEvidence) -> f64 {
+    if p.order == Some("send, then receive") {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// The scores of the patterns whose peers talk both ways.
+struct TwoWay {
+    ps_server: f64,
+    ps_worker: f64,
+    pipeline_end: f64,
+    pipeline_mid: f64,
+    tree: f64,
+}
+
+fn two_way_scores(peers: &[PeerEvidence], in_step: f64) -> TwoWay {
+    let n = peers.len();
     // Over the peers whose order could be told (a direction that did not fold into a shape
     // has none), at least two of them.
     let ordered: Vec<&PeerEvidence> = peers.iter().filter(|p| p.order.is_some()).collect();
@@ -285,12 +337,6 @@ pub fn classify(profiles: &[Profile]) -> Pattern {
     } else {
         0.0
     };
-    if n >= 2 {
-        evidence.push(format!(
-            "the peers' receiving is {:.0}% in step",
-            100.0 * in_step
-        ));
-    }
     // One two-way peer, one direction after the other: a parameter-server worker (send,
     // then the reply soon) or an end of a pipeline (the reply after the other stages).
     let single = if n == 1 {
@@ -326,6 +372,36 @@ pub fn classify(profiles: &[Profile]) -> Pattern {
     } else {
         0.0
     };
+    TwoWay {
+        ps_server,
+        ps_worker,
+        pipeline_end,
+        pipeline_mid,
+        tree,
+    }
+}
+
+pub fn classify(profiles: &[Profile]) -> Pattern {
+    let (peers, tx_act, rx_act) = peer_evidence(profiles);
+    let n = peers.len();
+    let mut evidence = vec![describe(&peers)];
+    let ring = ring_score(&peers, &tx_act, &rx_act, &mut evidence);
+
+    // Parameter server, server side: every peer both ways, receive then send, in step.
+    let in_step = in_step(n, &rx_act);
+    if n >= 2 {
+        evidence.push(format!(
+            "the peers' receiving is {:.0}% in step",
+            100.0 * in_step
+        ));
+    }
+    let TwoWay {
+        ps_server,
+        ps_worker,
+        pipeline_end,
+        pipeline_mid,
+        tree,
+    } = two_way_scores(&peers, in_step);
 
     let mut scores = vec![
         Score {

@@ -264,26 +264,14 @@ pub struct ClassCheck {
     pub job: bool,
 }
 
-/// The job's timing from the candidate classes (most bytes first): the period the classes
-/// vote for; iterations cut at the burst groups of the class that keeps it best, moved to
-/// the middle of the quietest phase; then every class folded onto the iterations, and the
-/// ones with a shape there (and present about as long as the others) are the job's.
-pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
-    let (start, end) = (rec.start(), rec.end());
-    let mut checks: Vec<ClassCheck> = classes
-        .iter()
-        .map(|c| {
-            let p = period_of(c.bursts.iter(), start, end);
-            ClassCheck {
-                class: c.label(),
-                bytes: c.bytes,
-                period_s: p.seconds,
-                period_confidence: p.confidence,
-                coverage: coverage(c, start, end),
-                job: false,
-            }
-        })
-        .collect();
+/// The job's period, voted for by the classes' periods in every window (see below), and
+/// those window periods per class (with each class's own rhythm of burst starts added).
+fn vote_period(
+    classes: &[Class],
+    checks: &[ClassCheck],
+    start: f64,
+    end: f64,
+) -> (Option<f64>, Vec<Vec<f64>>) {
     // The job's period is voted for: each class's period in each window of the recording
     // is a candidate, and every (class, window) whose period is it or a whole multiple of it
     // (a class that also carries cross traffic may lock on to a multiple) votes for it. The
@@ -291,7 +279,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
     // and goes, and its own rhythms (pacing) are in fewer directions or windows.
     // Each class's period over the whole recording is one more voter (and candidate).
     let mut windows = window_periods(classes, start, end);
-    for (w, k) in windows.iter_mut().zip(&checks) {
+    for (w, k) in windows.iter_mut().zip(checks) {
         w.push(k.period_s);
     }
     let mut candidates: Vec<f64> = windows
@@ -339,10 +327,21 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .collect();
         median(&mut near).unwrap_or(t)
     });
+    (period, windows)
+}
+
+/// The iterations: cut at the burst groups of the class that keeps the period best (the
+/// marker), then moved to the middle of the quietest phase; with every class folded onto
+/// them.
+fn cut_iterations(
+    classes: &[Class],
+    windows: &[Vec<f64>],
+    period: Option<f64>,
+) -> (Option<usize>, Vec<f64>, Vec<Profile>) {
     let best = period.and_then(|t| {
         // The marker: the class that keeps the period itself in most windows, then the
         // biggest.
-        let v = votes(&windows, t, true);
+        let v = votes(windows, t, true);
         let m = (0..classes.len()).filter(|&i| v[i] > 0).max_by(|&a, &b| {
             v[a].cmp(&v[b])
                 .then(classes[a].bytes.total_cmp(&classes[b].bytes))
@@ -365,6 +364,53 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         Some((m, starts, profs)) => (Some(m), starts, profs),
         None => (None, Vec::new(), Vec::new()),
     };
+    (marker, starts, all_profiles)
+}
+
+/// The job's bursts by size, per power of two: (size, sent, received).
+fn size_histogram(classes: &[Class], job: &[usize]) -> Vec<(f64, usize, usize)> {
+    // Exponent -> (sent, received).
+    let mut by_size: std::collections::BTreeMap<i32, (usize, usize)> = Default::default();
+    for &i in job {
+        for b in &classes[i].bursts {
+            let e = by_size
+                .entry(b.bytes.max(1.0).log2().floor() as i32)
+                .or_default();
+            if classes[i].tx {
+                e.0 += 1;
+            } else {
+                e.1 += 1;
+            }
+        }
+    }
+    by_size
+        .into_iter()
+        .map(|(k, (tx, rx))| (f64::from(k).exp2(), tx, rx))
+        .collect()
+}
+
+/// The job's timing from the candidate classes (most bytes first): the period the classes
+/// vote for; iterations cut at the burst groups of the class that keeps it best, moved to
+/// the middle of the quietest phase; then every class folded onto the iterations, and the
+/// ones with a shape there (and present about as long as the others) are the job's.
+pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
+    let (start, end) = (rec.start(), rec.end());
+    let mut checks: Vec<ClassCheck> = classes
+        .iter()
+        .map(|c| {
+            let p = period_of(c.bursts.iter(), start, end);
+            ClassCheck {
+                class: c.label(),
+                bytes: c.bytes,
+                period_s: p.seconds,
+                period_confidence: p.confidence,
+                coverage: coverage(c, start, end),
+                job: false,
+            }
+        })
+        .collect();
+    let (period, windows) = vote_period(classes, &checks, start, end);
+    let (marker, starts, all_profiles) = cut_iterations(classes, &windows, period);
     for (k, prof) in checks.iter_mut().zip(&all_profiles) {
         k.job = shaped(&prof.occupancy);
     }
@@ -428,24 +474,7 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             .collect();
         quantiles(&mut v)
     };
-    // By power of two: exponent -> (sent, received).
-    let mut by_size: std::collections::BTreeMap<i32, (usize, usize)> = Default::default();
-    for &i in &job {
-        for b in &classes[i].bursts {
-            let e = by_size
-                .entry(b.bytes.max(1.0).log2().floor() as i32)
-                .or_default();
-            if classes[i].tx {
-                e.0 += 1;
-            } else {
-                e.1 += 1;
-            }
-        }
-    }
-    let size_histogram = by_size
-        .into_iter()
-        .map(|(k, (tx, rx))| (f64::from(k).exp2(), tx, rx))
-        .collect();
+    let size_histogram = size_histogram(classes, &job);
     let timing = Timing {
         size_histogram,
         acf_period_s: p.seconds,
