@@ -21,8 +21,10 @@ pub const BAR_SOCKOPS_NS: f64 = 250.0;
 pub const BAR_CPU_PERCENT: f64 = 1.0;
 /// Daemon peak RSS, MiB (issue 12 halves DESIGN.md's 64).
 pub const BAR_RSS_MIB: f64 = 32.0;
-/// Features and scoring of one entity for one tick, microseconds.
-const BAR_FEATURE_US: f64 = 20.0;
+/// Features and scoring of one entity for one tick, microseconds (issue 35 halved 20).
+const BAR_FEATURE_US: f64 = 10.0;
+/// Burst events lost before the daemon read them, percent of the bursts that ended.
+const BAR_EVENTS_LOST_PERCENT: f64 = 1.0;
 /// One scrape of 10,000 series, ms.
 pub const BAR_SCRAPE_MS: f64 = 50.0;
 pub const BAR_SCRAPE_SERIES: usize = 10_000;
@@ -379,6 +381,24 @@ fn checks(r: &Report) -> Vec<Check> {
             bar: format!("<= {BAR_RSS_MIB:.0} MiB"),
             verdict: judge(f, rss <= BAR_RSS_MIB),
         });
+        if f.burst_ends > 0.0 {
+            // Every burst feature is computed from the events the daemon read.
+            let lost = 100.0 * f.events_lost / f.burst_ends;
+            out.push(Check {
+                what: format!("burst events lost before the daemon read them, {flows}"),
+                value: format!(
+                    "{lost:.2}% ({} of {})",
+                    thousands(f.events_lost),
+                    thousands(f.burst_ends)
+                ),
+                bar: format!("<= {BAR_EVENTS_LOST_PERCENT}%"),
+                verdict: if f.idle {
+                    "info"
+                } else {
+                    verdict(lost <= BAR_EVENTS_LOST_PERCENT)
+                },
+            });
+        }
         if let (Some(med), Some(max)) = (
             median(&f.scrape_seconds),
             f.scrape_seconds.iter().copied().reduce(f64::max),
