@@ -138,7 +138,8 @@ fn best_kmeans(x: &Array2<f64>) -> Option<(f64, usize, Vec<usize>)> {
     best
 }
 
-pub fn cluster(s: &Series) -> Option<Clusters> {
+/// The ticks' features, with the slowest known iteration standing in for an unknown one.
+fn with_slowest_iteration(s: &Series) -> Vec<[f64; FEATURES]> {
     // A tick without a known iteration is in a stretch where iterations could not be told
     // apart (stalled, or far slower than usual): the slowest known iteration stands in.
     let slowest = s
@@ -147,8 +148,7 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
         .map(|f| f[4])
         .filter(|x| x.is_finite())
         .fold(f64::NAN, f64::max);
-    let features: Vec<[f64; FEATURES]> = s
-        .features
+    s.features
         .iter()
         .map(|f| {
             let mut f = *f;
@@ -157,15 +157,11 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
             }
             f
         })
-        .collect();
-    let rows: Vec<(usize, [f64; FEATURES])> = features
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| Some((i, transform(f)?)))
-        .collect();
-    if rows.len() < 20 {
-        return None;
-    }
+        .collect()
+}
+
+/// The transformed rows as a matrix, each column standardised (so no feature dominates).
+fn standardised(rows: &[(usize, [f64; FEATURES])]) -> Array2<f64> {
     let mut x = Array2::<f64>::zeros((rows.len(), FEATURES));
     for (r, (_, v)) in rows.iter().enumerate() {
         for c in 0..FEATURES {
@@ -178,46 +174,39 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
         let sd = col.std(0.0).max(0.05);
         x.column_mut(c).mapv_inplace(|v| (v - mean) / sd);
     }
-    let (sil, k, labels) = best_kmeans(&x)?;
-    let mut of_tick = vec![None; s.t.len()];
-    for ((i, _), l) in rows.iter().zip(&labels) {
-        of_tick[*i] = Some(*l);
-    }
-    let medians: Vec<Vec<f64>> = (0..k)
-        .map(|c| {
-            (0..FEATURES)
-                .map(|f| {
-                    let mut v: Vec<f64> = rows
-                        .iter()
-                        .zip(&labels)
-                        .filter(|(_, l)| **l == c)
-                        .map(|((i, _), _)| features[*i][f])
-                        .collect();
-                    median(&mut v).unwrap_or(f64::NAN)
-                })
-                .collect()
+    x
+}
+
+/// Median of each feature (raw units) over the given ticks.
+fn feature_medians(features: &[[f64; FEATURES]], ticks: &[usize]) -> Vec<f64> {
+    (0..FEATURES)
+        .map(|f| {
+            let mut v: Vec<f64> = ticks.iter().map(|&i| features[i][f]).collect();
+            median(&mut v).unwrap_or(f64::NAN)
         })
-        .collect();
+        .collect()
+}
+
+/// Which of the clusters (by their `medians`) is the calm one, against the `overall` medians.
+fn calmest(medians: &[Vec<f64>], overall: &[f64]) -> usize {
     // Calm: the cluster with the least trouble against the recording as a whole: low RTT,
     // short iterations, high throughput, few retransmits (a stall has a low RTT too, for
     // want of traffic, but no throughput).
-    let overall: Vec<f64> = (0..FEATURES)
-        .map(|f| {
-            let mut v: Vec<f64> = rows.iter().map(|(i, _)| features[*i][f]).collect();
-            median(&mut v).unwrap_or(f64::NAN)
-        })
-        .collect();
     let trouble = |m: &[f64]| -> f64 {
         (m[0] / overall[0]).ln()
             + (m[4] / overall[4]).ln()
             + (overall[2] / m[2]).ln()
             + ((1.0 + m[3]) / (1.0 + overall[3])).ln()
     };
-    let calm = (0..k)
+    (0..medians.len())
         .filter(|&c| trouble(&medians[c]).is_finite())
         .min_by(|&a, &b| trouble(&medians[a]).total_cmp(&trouble(&medians[b])))
-        .unwrap_or(0);
-    let clusters = (0..k)
+        .unwrap_or(0)
+}
+
+/// Each cluster's size and medians, described against the calm one.
+fn describe_clusters(medians: &[Vec<f64>], labels: &[usize], calm: usize) -> Vec<Cluster> {
+    (0..medians.len())
         .map(|c| {
             let ticks = labels.iter().filter(|l| **l == c).count();
             let description = if c == calm {
@@ -234,11 +223,41 @@ pub fn cluster(s: &Series) -> Option<Clusters> {
                 medians: medians[c].clone(),
             }
         })
+        .collect()
+}
+
+pub fn cluster(s: &Series) -> Option<Clusters> {
+    let features = with_slowest_iteration(s);
+    let rows: Vec<(usize, [f64; FEATURES])> = features
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| Some((i, transform(f)?)))
         .collect();
+    if rows.len() < 20 {
+        return None;
+    }
+    let (sil, k, labels) = best_kmeans(&standardised(&rows))?;
+    let mut of_tick = vec![None; s.t.len()];
+    for ((i, _), l) in rows.iter().zip(&labels) {
+        of_tick[*i] = Some(*l);
+    }
+    let medians: Vec<Vec<f64>> = (0..k)
+        .map(|c| {
+            let ticks: Vec<usize> = rows
+                .iter()
+                .zip(&labels)
+                .filter(|(_, l)| **l == c)
+                .map(|((i, _), _)| *i)
+                .collect();
+            feature_medians(&features, &ticks)
+        })
+        .collect();
+    let all: Vec<usize> = rows.iter().map(|(i, _)| *i).collect();
+    let calm = calmest(&medians, &feature_medians(&features, &all));
     Some(Clusters {
         k,
         silhouette: sil,
-        clusters,
+        clusters: describe_clusters(&medians, &labels, calm),
         t: s.t.clone(),
         of_tick,
     })

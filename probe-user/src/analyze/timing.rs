@@ -389,13 +389,9 @@ fn size_histogram(classes: &[Class], job: &[usize]) -> Vec<(f64, usize, usize)> 
         .collect()
 }
 
-/// The job's timing from the candidate classes (most bytes first): the period the classes
-/// vote for; iterations cut at the burst groups of the class that keeps it best, moved to
-/// the middle of the quietest phase; then every class folded onto the iterations, and the
-/// ones with a shape there (and present about as long as the others) are the job's.
-pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
-    let (start, end) = (rec.start(), rec.end());
-    let mut checks: Vec<ClassCheck> = classes
+/// Each class's own period and coverage over the whole recording, not yet judged job or not.
+fn class_checks(classes: &[Class], start: f64, end: f64) -> Vec<ClassCheck> {
+    classes
         .iter()
         .map(|c| {
             let p = period_of(c.bursts.iter(), start, end);
@@ -408,10 +404,13 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
                 job: false,
             }
         })
-        .collect();
-    let (period, windows) = vote_period(classes, &checks, start, end);
-    let (marker, starts, all_profiles) = cut_iterations(classes, &windows, period);
-    for (k, prof) in checks.iter_mut().zip(&all_profiles) {
+        .collect()
+}
+
+/// Marks the classes that are the job's (shaped when folded, present about as long as the
+/// others) in `checks`, and returns their indices.
+fn mark_job(checks: &mut [ClassCheck], all_profiles: &[Profile]) -> Vec<usize> {
+    for (k, prof) in checks.iter_mut().zip(all_profiles) {
         k.job = shaped(&prof.occupancy);
     }
     // The job runs through the recording: a shaped class present in far fewer of its
@@ -422,12 +421,15 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         .filter(|k| k.job)
         .map(|k| k.coverage)
         .fold(0.0, f64::max);
-    for k in &mut checks {
+    for k in checks.iter_mut() {
         k.job &= k.coverage >= 0.8 * widest;
     }
-    let job: Vec<usize> = (0..classes.len()).filter(|&i| checks[i].job).collect();
-    // The autocorrelation period of the job's classes together.
-    let p = if job.is_empty() {
+    (0..checks.len()).filter(|&i| checks[i].job).collect()
+}
+
+/// The autocorrelation period of the job's classes together.
+fn job_period(classes: &[Class], job: &[usize], start: f64, end: f64) -> Period {
+    if job.is_empty() {
         Period::UNKNOWN
     } else {
         period_of(
@@ -435,48 +437,93 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
             start,
             end,
         )
-    };
-    let spans = |i: usize| classes[i].bursts.iter().copied();
-    let job_spans: Vec<Span> = job.iter().flat_map(|&i| spans(i)).collect();
-    let iterations = iterations(&starts, &job_spans, end);
+    }
+}
+
+/// The profiles of the job's peers, each marked shaped if its class is the job's.
+fn job_profiles(
+    classes: &[Class],
+    checks: &[ClassCheck],
+    all_profiles: &[Profile],
+    job: &[usize],
+) -> Vec<Profile> {
     // Every class of a job peer, so that a direction that does not fold into a shape (a
     // reply merged with the request's ACKs into one long burst) still counts its bytes.
     let job_peers: Vec<&str> = job.iter().map(|&i| classes[i].peer.as_str()).collect();
-    let profiles: Vec<Profile> = (0..classes.len())
+    (0..classes.len())
         .filter(|&i| job_peers.contains(&classes[i].peer.as_str()))
         .map(|i| Profile {
             shaped: checks[i].job,
             ..all_profiles[i].clone()
         })
+        .collect()
+}
+
+/// Quantiles of `measure` over the job's bursts in one direction (`tx`: sent).
+fn burst_quantiles(
+    classes: &[Class],
+    job: &[usize],
+    tx: bool,
+    measure: impl Fn(&Span) -> f64,
+) -> Quantiles {
+    let mut v: Vec<f64> = job
+        .iter()
+        .filter(|&&i| classes[i].tx == tx)
+        .flat_map(|&i| classes[i].bursts.iter().map(&measure))
         .collect();
-    let phases = phases(&profiles);
+    quantiles(&mut v)
+}
+
+/// What the iterations measure: their lengths, jitter, duty cycle and bytes.
+struct IterationStats {
+    lengths: Quantiles,
+    /// Median absolute difference of successive lengths.
+    jitter_s: f64,
+    duty_cycle: f64,
+    bytes: f64,
+}
+
+/// The iterations' length quantiles and the medians of their jitter, duty cycle and bytes.
+fn iteration_stats(iterations: &[Iteration]) -> IterationStats {
     let mut lens: Vec<f64> = iterations.iter().map(|i| i.len).collect();
-    let lq = quantiles(&mut lens);
     let mut steps: Vec<f64> = iterations
         .windows(2)
         .map(|w| (w[1].len - w[0].len).abs())
         .collect();
     let mut duty: Vec<f64> = iterations.iter().map(|i| i.busy_s / i.len).collect();
     let mut bpi: Vec<f64> = iterations.iter().map(|i| i.bytes).collect();
-    let size_q = |tx: bool| {
-        let mut v: Vec<f64> = job
-            .iter()
-            .filter(|&&i| classes[i].tx == tx)
-            .flat_map(|&i| classes[i].bursts.iter().map(|s| s.bytes))
-            .collect();
-        quantiles(&mut v)
-    };
-    let dur_q = |tx: bool| {
-        let mut v: Vec<f64> = job
-            .iter()
-            .filter(|&&i| classes[i].tx == tx)
-            .flat_map(|&i| classes[i].bursts.iter().map(|s| s.end - s.start))
-            .collect();
-        quantiles(&mut v)
-    };
-    let size_histogram = size_histogram(classes, &job);
+    IterationStats {
+        lengths: quantiles(&mut lens),
+        jitter_s: median(&mut steps).unwrap_or(f64::NAN),
+        duty_cycle: median(&mut duty).unwrap_or(f64::NAN),
+        bytes: median(&mut bpi).unwrap_or(f64::NAN),
+    }
+}
+
+/// The job's timing from the candidate classes (most bytes first): the period the classes
+/// vote for; iterations cut at the burst groups of the class that keeps it best, moved to
+/// the middle of the quietest phase; then every class folded onto the iterations, and the
+/// ones with a shape there (and present about as long as the others) are the job's.
+pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
+    let (start, end) = (rec.start(), rec.end());
+    let mut checks = class_checks(classes, start, end);
+    let (period, windows) = vote_period(classes, &checks, start, end);
+    let (marker, starts, all_profiles) = cut_iterations(classes, &windows, period);
+    let job = mark_job(&mut checks, &all_profiles);
+    let p = job_period(classes, &job, start, end);
+    let job_spans: Vec<Span> = job
+        .iter()
+        .flat_map(|&i| classes[i].bursts.iter().copied())
+        .collect();
+    let iterations = iterations(&starts, &job_spans, end);
+    let profiles = job_profiles(classes, &checks, &all_profiles, &job);
+    let phases = phases(&profiles);
+    let stats = iteration_stats(&iterations);
+    let lq = &stats.lengths;
+    let bytes = |s: &Span| s.bytes;
+    let seconds = |s: &Span| s.end - s.start;
     let timing = Timing {
-        size_histogram,
+        size_histogram: size_histogram(classes, &job),
         acf_period_s: p.seconds,
         acf_confidence: p.confidence,
         marker: marker.map(|m| classes[m].label()),
@@ -485,13 +532,13 @@ pub fn timing(rec: &Recording, classes: &[Class]) -> (Timing, Vec<ClassCheck>) {
         period_p10_s: lq.p10,
         period_p90_s: lq.p90,
         jitter_ratio: (lq.p90 - lq.p10) / lq.p50,
-        jitter_s: median(&mut steps).unwrap_or(f64::NAN),
-        duty_cycle: median(&mut duty).unwrap_or(f64::NAN),
-        bytes_per_iteration: median(&mut bpi).unwrap_or(f64::NAN),
-        burst_bytes_tx: size_q(true),
-        burst_bytes_rx: size_q(false),
-        burst_seconds_tx: dur_q(true),
-        burst_seconds_rx: dur_q(false),
+        jitter_s: stats.jitter_s,
+        duty_cycle: stats.duty_cycle,
+        bytes_per_iteration: stats.bytes,
+        burst_bytes_tx: burst_quantiles(classes, &job, true, bytes),
+        burst_bytes_rx: burst_quantiles(classes, &job, false, bytes),
+        burst_seconds_tx: burst_quantiles(classes, &job, true, seconds),
+        burst_seconds_rx: burst_quantiles(classes, &job, false, seconds),
         iterations,
         profiles,
         phases,
