@@ -240,8 +240,7 @@ impl Report {
         mode: &str,
         tracepoints: &[String],
     ) -> Result<()> {
-        let r = self;
-        for (level, what, detail) in &r.lines {
+        for (level, what, detail) in &self.lines {
             let tag = match level {
                 Level::Ok => "ok  ",
                 Level::Warn => "warn",
@@ -264,13 +263,13 @@ impl Report {
         }
         println!("would attach: {}", attach.join("; "));
 
-        let fails: Vec<&str> = r
+        let fails: Vec<&str> = self
             .lines
             .iter()
             .filter(|l| l.0 == Level::Fail)
             .map(|l| l.1)
             .collect();
-        let warns = r.lines.iter().filter(|l| l.0 == Level::Warn).count();
+        let warns = self.lines.iter().filter(|l| l.0 == Level::Warn).count();
         if !fails.is_empty() {
             bail!("probe run would not start here: {}", fails.join(", "));
         }
