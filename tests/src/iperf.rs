@@ -17,7 +17,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `iperf3 -s -B addr -p port` in `ns` and waits (bounded) until it listens.
+    /// Starts `iperf3 -s -B addr -p port` in `ns` and waits (bounded) until it listens on
+    /// that address.
     pub fn start(ns: &Netns, addr: IpAddr, port: u16) -> Result<Server> {
         let a = addr.to_string();
         let p = port.to_string();
@@ -31,7 +32,13 @@ impl Server {
             if let Some(st) = s.child.try_wait() {
                 bail!("iperf3 server exited ({st}): {}", s.child.stderr());
             }
-            let listening = ns.run(&["ss", "-tlnH", &format!("sport = :{port}")])?;
+            // The exact address: tests run several servers on one port, and a client that
+            // connects before its own server listens is refused.
+            let local = match addr {
+                IpAddr::V4(a) => format!("{a}:{port}"),
+                IpAddr::V6(a) => format!("[{a}]:{port}"),
+            };
+            let listening = ns.run(&["ss", "-tlnH", "src", &local])?;
             if !listening.trim().is_empty() {
                 return Ok(s);
             }
