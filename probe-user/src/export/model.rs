@@ -15,7 +15,7 @@ use crate::{
 /// The entity label of a scored entity, None for a peer without its own series.
 fn entity<'a>(f: &'a Forecast, members: &HashSet<&str>) -> Option<(&'static str, &'a str)> {
     match f.entity_kind {
-        PEER if members.contains(f.entity.as_str()) => Some(("peer", &f.entity)),
+        PEER if members.contains(&*f.entity) => Some(("peer", &f.entity)),
         INTERFACE => Some(("iface", &f.entity)),
         _ => None,
     }
@@ -57,7 +57,7 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
             let h = horizon(f);
             let mut labels = l(&[(k, e), ("horizon", &h)]);
             if with_target {
-                labels.push(("target", f.target.clone()));
+                labels.push(("target", f.target.to_string()));
             }
             Some((labels, v))
         })

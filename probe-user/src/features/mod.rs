@@ -250,70 +250,79 @@ mod tests {
 
 /// The engine's cost per entity per tick under the bench's shape (64 peers with ~300 burst
 /// events per second each, plus interfaces and the host), in a release build:
-/// `cargo test --release -p probe-user feature_cost -- --ignored --nocapture`.
+/// `cargo test --release -p probe-user feature_cost -- --ignored --nocapture` (the model
+/// stage's cost on the same rows: `scoring_cost`). `EV` sets the events per peer per tick.
 #[cfg(test)]
-mod cost {
+pub(crate) mod cost {
     use super::*;
     use crate::observe::{BurstEvent, Observation, TickBursts, HOST, INTERFACE, PEER};
     use std::sync::Arc;
+
+    /// Ticks of the measurements.
+    pub const TICKS: usize = 300;
+
+    /// The observations and burst events of tick `t` (1 s ticks from t = 1000 s).
+    pub fn tick_inputs(t: usize) -> (f64, Vec<Observation>, TickBursts) {
+        let peers: Vec<String> = (0..64)
+            .map(|i| format!("10.9.{}.{}", i / 200, i % 200))
+            .collect();
+        let now = 1000.0 + t as f64;
+        let mut obs: Vec<Observation> = peers
+            .iter()
+            .map(|p| Observation {
+                time_unix: now,
+                interval_s: 1.0,
+                entity_kind: PEER.into(),
+                entity: p.clone(),
+                rtt_p99_s: Some(0.001 + 1e-5 * (t % 7) as f64),
+                rtt_mean_s: Some(0.0008),
+                srtt_s: Some(0.001),
+                tx_bytes_per_s: Some(1e6),
+                rx_bytes_per_s: Some(1e6),
+                retransmits_per_s: Some(0.0),
+                ce_packets_per_s: Some(0.0),
+                ..Observation::default()
+            })
+            .collect();
+        for kind in [INTERFACE, INTERFACE, HOST] {
+            obs.push(Observation {
+                time_unix: now,
+                entity_kind: kind.into(),
+                entity: format!("{kind}{}", obs.len()),
+                tx_bytes_per_s: Some(1e8),
+                ..Observation::default()
+            });
+        }
+        let n_ev = std::env::var("EV")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300usize);
+        // One label per peer per tick, shared by its events, as the collect stage names them.
+        let labels: Vec<Arc<str>> = peers.iter().map(|p| p.as_str().into()).collect();
+        let events: Vec<BurstEvent> = (0..peers.len() * n_ev)
+            .map(|i| BurstEvent {
+                peer: labels[i % peers.len()].clone(),
+                start_unix: now - 1.0 + i as f64 / (peers.len() * n_ev) as f64,
+                duration_s: 0.0001,
+                bytes: 1500,
+                packets: 1,
+                ..BurstEvent::default()
+            })
+            .collect();
+        // The collect stage builds the tick's TickBursts: not the feature stage's cost.
+        (now, obs, TickBursts::from_events(&events))
+    }
 
     #[test]
     #[ignore = "a measurement, run in release"]
     fn feature_cost() {
         let mut e = Engine::new(FeatureConfig::default());
-        let peers: Vec<String> = (0..64)
-            .map(|i| format!("10.9.{}.{}", i / 200, i % 200))
-            .collect();
-        let ticks = 300;
         let mut spent = std::time::Duration::ZERO;
         let mut rows = 0;
-        for t in 0..ticks {
-            let now = 1000.0 + t as f64;
-            let mut obs: Vec<Observation> = peers
-                .iter()
-                .map(|p| Observation {
-                    time_unix: now,
-                    interval_s: 1.0,
-                    entity_kind: PEER.into(),
-                    entity: p.clone(),
-                    rtt_p99_s: Some(0.001 + 1e-5 * (t % 7) as f64),
-                    rtt_mean_s: Some(0.0008),
-                    srtt_s: Some(0.001),
-                    tx_bytes_per_s: Some(1e6),
-                    rx_bytes_per_s: Some(1e6),
-                    retransmits_per_s: Some(0.0),
-                    ce_packets_per_s: Some(0.0),
-                    ..Observation::default()
-                })
-                .collect();
-            for kind in [INTERFACE, INTERFACE, HOST] {
-                obs.push(Observation {
-                    time_unix: now,
-                    entity_kind: kind.into(),
-                    entity: format!("{kind}{}", obs.len()),
-                    tx_bytes_per_s: Some(1e8),
-                    ..Observation::default()
-                });
-            }
-            let n_ev = std::env::var("EV")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(300usize);
-            // One label per peer per tick, shared by its events, as the collect stage names
-            // them.
-            let labels: Vec<Arc<str>> = peers.iter().map(|p| p.as_str().into()).collect();
-            let events: Vec<BurstEvent> = (0..peers.len() * n_ev)
-                .map(|i| BurstEvent {
-                    peer: labels[i % peers.len()].clone(),
-                    start_unix: now - 1.0 + i as f64 / (peers.len() * n_ev) as f64,
-                    duration_s: 0.0001,
-                    bytes: 1500,
-                    packets: 1,
-                    ..BurstEvent::default()
-                })
-                .collect();
+        for t in 0..TICKS {
+            let (now, obs, bursts) = tick_inputs(t);
             let t0 = std::time::Instant::now();
-            let f = e.tick(now, &obs, &TickBursts::from_events(&events));
+            let f = e.tick(now, &obs, &bursts);
             spent += t0.elapsed();
             rows += f.len();
         }
@@ -321,7 +330,7 @@ mod cost {
             "feature stage: {:.1} us per entity per tick ({} rows, {} ticks)",
             spent.as_secs_f64() * 1e6 / rows as f64,
             rows,
-            ticks
+            TICKS
         );
     }
 }

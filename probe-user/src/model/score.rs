@@ -4,11 +4,11 @@
 //! forecast for the entity. Folded peers are scored too (the export drops their series, the
 //! JSON keeps them).
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex},
     time::Instant,
 };
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::{
@@ -24,8 +24,9 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Forecast {
     pub entity_kind: &'static str,
-    pub entity: String,
-    pub target: String,
+    /// Shared by the entity's forecasts (one allocation per entity and tick, not per model).
+    pub entity: Arc<str>,
+    pub target: Arc<str>,
     pub horizon_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spike_probability: Option<f64>,
@@ -40,6 +41,9 @@ pub struct Forecast {
     /// The rule `alarm` follows (the model stage keeps each entity's run of ticks).
     #[serde(skip)]
     pub rule: Option<alarm::Rule>,
+    /// The model's entry in its bundle (what keys the alarm's run of ticks).
+    #[serde(skip)]
+    pub entry: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rtt_forecast_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,6 +80,8 @@ struct KindModels {
 struct BoundModel {
     /// Index into the bundle's entries.
     entry: usize,
+    /// The entry's target, shared by its forecasts.
+    target: Arc<str>,
     /// Base feature indices, in the model's input order.
     base: Vec<usize>,
     presence: Presence,
@@ -185,6 +191,7 @@ impl Bound {
                 .filter(|(_, e)| &e.entity_kind == kind)
                 .map(|(entry, e)| BoundModel {
                     entry,
+                    target: e.target.as_str().into(),
                     base: e
                         .base
                         .iter()
@@ -226,6 +233,7 @@ impl Bound {
             return false;
         }
         let mut gathered = false;
+        let mut entity: Option<Arc<str>> = None;
         for m in &k.models {
             if !m.presence.holds(&row.values) {
                 continue;
@@ -245,13 +253,16 @@ impl Bound {
             let b = &self.bundle.boosters[m.entry];
             let mut f = Forecast {
                 entity_kind: row.entity_kind,
-                entity: row.entity.clone(),
-                target: e.target.clone(),
+                entity: entity
+                    .get_or_insert_with(|| row.entity.as_str().into())
+                    .clone(),
+                target: m.target.clone(),
                 horizon_s: e.horizon_s,
                 spike_probability: None,
                 threshold: None,
                 alarm: None,
                 rule: None,
+                entry: m.entry,
                 rtt_forecast_s: None,
                 throughput_forecast_bytes_per_s: None,
             };
@@ -288,7 +299,11 @@ pub struct Model {
     scratch: Vec<f64>,
     /// Each alarm's ticks in a row at or above its threshold, as of the last tick: an
     /// entity or model not scored this tick starts again from zero.
-    streaks: HashMap<AlarmKey, u32>,
+    streaks: FxHashMap<AlarmKey, u32>,
+    /// Last tick's map, emptied, kept for its room.
+    spare: FxHashMap<AlarmKey, u32>,
+    /// The model whose bundle entries key `streaks`.
+    scored_by: Option<Arc<Bound>>,
 }
 
 impl Model {
@@ -296,13 +311,16 @@ impl Model {
         Self {
             slot,
             scratch: Vec::new(),
-            streaks: HashMap::new(),
+            streaks: FxHashMap::default(),
+            spare: FxHashMap::default(),
+            scored_by: None,
         }
     }
 }
 
-/// Which alarm a run of ticks belongs to: entity kind, entity, target, horizon (bits).
-type AlarmKey = (&'static str, String, String, u64);
+/// Which alarm a run of ticks belongs to: entity kind, entity, the model's bundle entry
+/// (a swapped model starts every run again: `Model::score` clears them).
+type AlarmKey = (&'static str, Arc<str>, usize);
 
 /// What the model stage made of one tick.
 #[derive(Debug)]
@@ -321,6 +339,14 @@ impl Model {
     pub fn score(&mut self, rows: &[FeatureRow]) -> Option<Scores> {
         let bound = self.slot.lock().ok().and_then(|g| g.clone())?;
         let t = Instant::now();
+        if !self
+            .scored_by
+            .as_ref()
+            .is_some_and(|b| Arc::ptr_eq(b, &bound))
+        {
+            self.streaks.clear();
+            self.scored_by = Some(bound.clone());
+        }
         let mut forecasts = Vec::new();
         let mut entities = 0;
         for row in rows {
@@ -339,21 +365,19 @@ impl Model {
 impl Model {
     /// Steps each classifier's alarm rule with this tick's probability.
     fn alarms(&mut self, forecasts: &mut [Forecast]) {
-        let mut before = std::mem::take(&mut self.streaks);
+        let mut before = std::mem::replace(&mut self.streaks, std::mem::take(&mut self.spare));
         for f in forecasts {
             let (Some(rule), Some(p)) = (f.rule, f.spike_probability) else {
                 continue;
             };
-            let key = (
-                f.entity_kind,
-                f.entity.clone(),
-                f.target.clone(),
-                f.horizon_s.to_bits(),
-            );
+            let key = (f.entity_kind, f.entity.clone(), f.entry);
             let mut streak = before.remove(&key).unwrap_or(0);
             f.alarm = Some(rule.step(&mut streak, p));
             self.streaks.insert(key, streak);
         }
+        // What was not scored this tick starts again from zero.
+        before.clear();
+        self.spare = before;
     }
 }
 
@@ -462,7 +486,7 @@ mod tests {
     fn targets(b: &Bound, r: &FeatureRow) -> Vec<String> {
         let mut out = Vec::new();
         assert!(b.score(r, &mut Vec::new(), &mut out));
-        let mut t: Vec<String> = out.into_iter().map(|f| f.target).collect();
+        let mut t: Vec<String> = out.into_iter().map(|f| f.target.to_string()).collect();
         t.sort();
         t
     }
@@ -485,15 +509,16 @@ mod tests {
                 e.alarm_for_ticks = 3;
             }
         }
-        let slot: Slot = Arc::new(Mutex::new(Some(Arc::new(b))));
-        let mut m = Model::new(slot);
+        let b = Arc::new(b);
+        let slot: Slot = Arc::new(Mutex::new(Some(b.clone())));
+        let mut m = Model::new(slot.clone());
         let rtt = row(PEER, &[("rtt_p99_mean_5s", 0.001)]);
         let alarm = |m: &mut Model, rows: &[FeatureRow]| {
             m.score(rows)
                 .unwrap()
                 .forecasts
                 .iter()
-                .find(|f| f.target == "retrans_storm")
+                .find(|f| &*f.target == "retrans_storm")
                 .map(|f| f.alarm)
         };
         assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(false)));
@@ -502,9 +527,20 @@ mod tests {
         // A tick without the entity's score starts the run again.
         assert_eq!(alarm(&mut m, &[]), None);
         assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(false)));
+        // A model swapped in (SIGHUP) starts every run again: its entries are other models.
+        alarm(&mut m, std::slice::from_ref(&rtt));
+        assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(true)));
+        *slot.lock().unwrap() = Some(Arc::new(
+            Bound::bind(
+                b.bundle.clone(),
+                &crate::model::schemas(&FeatureConfig::default()),
+            )
+            .unwrap(),
+        ));
+        assert_eq!(alarm(&mut m, std::slice::from_ref(&rtt)), Some(Some(false)));
         // Below the threshold (rtt_spike, 0.18 < 0.5): never up.
         let f = m.score(std::slice::from_ref(&rtt)).unwrap().forecasts;
-        let spike = f.iter().find(|f| f.target == "rtt_spike").unwrap();
+        let spike = f.iter().find(|f| &*f.target == "rtt_spike").unwrap();
         assert_eq!(spike.alarm, Some(false));
     }
 
@@ -548,7 +584,7 @@ mod tests {
         b.score(&r, &mut Vec::new(), &mut out);
         let p = |t: &str| {
             out.iter()
-                .find(|f| f.target == t)
+                .find(|f| &*f.target == t)
                 .unwrap()
                 .spike_probability
                 .unwrap()
@@ -558,7 +594,7 @@ mod tests {
         assert!((p("retrans_storm") - raw).abs() < 1e-12);
         assert!((p("rtt_spike") - CAL.apply(raw)).abs() < 1e-12);
         assert!(p("rtt_spike") != p("retrans_storm"));
-        let rtt = out.iter().find(|f| f.target == "rtt_p99").unwrap();
+        let rtt = out.iter().find(|f| &*f.target == "rtt_p99").unwrap();
         assert!((rtt.rtt_forecast_s.unwrap() - 2e-3).abs() < 1e-12);
     }
 
@@ -605,6 +641,40 @@ mod tests {
         assert_eq!(
             Presence::resolve(PEER, "something_new", &peer.names),
             Presence::Always
+        );
+    }
+}
+
+/// The model stage's cost per scored entity per tick with the built-in model, on the
+/// feature rows of `features::cost` (the bench's shape), in a release build:
+/// `cargo test --release -p probe-user scoring_cost -- --ignored --nocapture`.
+#[cfg(test)]
+mod cost {
+    use super::*;
+    use crate::features::{
+        cost::{tick_inputs, TICKS},
+        Engine, FeatureConfig,
+    };
+
+    #[test]
+    #[ignore = "a measurement, run in release"]
+    fn scoring_cost() {
+        let cfg = FeatureConfig::default();
+        let bound = crate::model::load(None, &cfg).unwrap().unwrap();
+        let mut stage = Model::new(Arc::new(Mutex::new(Some(Arc::new(bound)))));
+        let mut e = Engine::new(cfg);
+        let (mut spent, mut entities, mut forecasts) = (0.0, 0, 0);
+        for t in 0..TICKS {
+            let (now, obs, bursts) = tick_inputs(t);
+            let rows = e.tick(now, &obs, &bursts);
+            let s = stage.score(&rows).unwrap();
+            spent += s.seconds;
+            entities += s.entities;
+            forecasts += s.forecasts.len();
+        }
+        eprintln!(
+            "model stage: {:.2} us per scored entity per tick ({entities} entities, {forecasts} forecasts, {TICKS} ticks)",
+            spent * 1e6 / entities as f64,
         );
     }
 }
