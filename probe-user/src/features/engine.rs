@@ -12,7 +12,7 @@ use super::{
     row::FeatureRow,
     schema::{per_signal, FeatureConfig, Schema, BURST_STATS},
     signals,
-    window::{signal_features, Ewma, Ring},
+    window::{signal_features, Ewma, Ring, Walk},
 };
 use crate::{
     observe::{self as o, Observation, TickBursts},
@@ -38,6 +38,8 @@ pub struct Engine {
     entities: Vec<FxHashMap<String, Entity>>,
     periods: PeriodFinder,
     scratch: Vec<f64>,
+    /// The ring walk of the entity whose row is being made.
+    walk: Walk,
     /// Observations of entities beyond `max_entities`, not featurized (cumulative).
     pub untracked: u64,
 }
@@ -92,6 +94,7 @@ impl Engine {
                 .collect(),
             periods: PeriodFinder::default(),
             scratch: Vec::new(),
+            walk: Walk::default(),
             untracked: 0,
         }
     }
@@ -200,13 +203,13 @@ impl Engine {
         let e = self.entities[k]
             .get_mut(r.entity.as_str())
             .expect("tracked this tick");
+        self.walk.over(&e.ring, now, &self.windows);
         for s in 0..schema.signals {
             signal_features(
                 &e.ring,
                 &e.ewma,
                 s,
-                now,
-                &self.windows,
+                &self.walk,
                 &mut values[s * per..(s + 1) * per],
             );
         }

@@ -211,35 +211,75 @@ pub const WINDOW_STATS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Writes signal `s`'s features at time `now` into `out` (length `HEAD + 6 * windows`):
-/// last, z, rel, then per window mean, std, min, max, slope, ewma. NaN marks a feature not known.
-/// `windows` are ascending lengths in seconds; a sample at time t is in a window w when
-/// `t > now - w`.
 /// Features of a signal before its window statistics: last, z, rel.
 pub const HEAD: usize = 3;
 
-pub fn signal_features(
-    ring: &Ring,
-    ewma: &Ewma,
-    s: usize,
-    now: f64,
-    windows: &[f64],
-    out: &mut [f64],
-) {
+/// One entity's ring as of `now`, newest first, as far back as the longest window reaches:
+/// each slot with its time relative to now, and where each window ends. Computed once per
+/// entity and tick and shared by its signals, whose walks then do no time comparisons.
+#[derive(Default)]
+pub struct Walk {
+    slots: Vec<usize>,
+    dt: Vec<f64>,
+    /// Per window, ascending: how many of `slots` it holds (a slot at time t is in a window
+    /// w when `t > now - w`).
+    cuts: Vec<usize>,
+    /// The slot of this tick's values, when the newest slot is of time `now`.
+    current: Option<usize>,
+}
+
+impl Walk {
+    /// Walks `ring` back from `now` over `windows` (ascending lengths in seconds).
+    pub fn over(&mut self, ring: &Ring, now: f64, windows: &[f64]) {
+        self.slots.clear();
+        self.dt.clear();
+        self.cuts.clear();
+        self.current = ring.newest_first().next().filter(|&i| ring.times[i] == now);
+        let mut bound = now - windows[0];
+        for i in ring.newest_first() {
+            let t = ring.times[i];
+            while t <= bound {
+                self.cuts.push(self.slots.len());
+                match windows.get(self.cuts.len()) {
+                    Some(w) => bound = now - w,
+                    None => return,
+                }
+            }
+            self.slots.push(i);
+            self.dt.push(t - now);
+        }
+        while self.cuts.len() < windows.len() {
+            self.cuts.push(self.slots.len());
+        }
+    }
+}
+
+/// Writes signal `s`'s features into `out` (length `HEAD + 6 * windows`): last, z, rel,
+/// then per window mean, std, min, max, slope, ewma, over the ring as `walk` walked it.
+/// NaN marks a feature not known.
+pub fn signal_features(ring: &Ring, ewma: &Ewma, s: usize, walk: &Walk, out: &mut [f64]) {
     let nstat = WINDOW_STATS.len();
-    debug_assert_eq!(out.len(), HEAD + nstat * windows.len());
+    let windows = walk.cuts.len();
+    debug_assert_eq!(out.len(), HEAD + nstat * windows);
     out.fill(f64::NAN);
     let cap = ring.cap();
     let vals = &ring.vals[s * cap..(s + 1) * cap];
-    let newest = ring.newest_first().next();
-    let last = match newest {
-        Some(i) if ring.times[i] == now => vals[i],
-        _ => f64::NAN,
-    };
+    let last = walk.current.map_or(f64::NAN, |i| vals[i]);
     let mut reference = last;
     let mut acc = Acc::default();
-    let mut w = 0;
-    let finish = |w: usize, acc: &Acc, reference: f64, out: &mut [f64]| {
+    let mut from = 0;
+    for (w, &cut) in walk.cuts.iter().enumerate() {
+        for (&i, &dt) in walk.slots[from..cut].iter().zip(&walk.dt[from..cut]) {
+            let v = vals[i];
+            if v.is_nan() {
+                continue;
+            }
+            if reference.is_nan() {
+                reference = v;
+            }
+            acc.add(dt, v - reference, v);
+        }
+        from = cut;
         let o = &mut out[HEAD + w * nstat..HEAD + (w + 1) * nstat];
         if acc.n > 0.0 {
             let (mean, std) = acc.moments(reference);
@@ -250,37 +290,10 @@ pub fn signal_features(
             o[4] = acc.slope();
         }
         o[5] = ewma.get(s, w);
-    };
-    let mut bound = now - windows[0];
-    for i in ring.newest_first() {
-        let t = ring.times[i];
-        while t <= bound {
-            finish(w, &acc, reference, out);
-            w += 1;
-            if w == windows.len() {
-                break;
-            }
-            bound = now - windows[w];
-        }
-        if w == windows.len() {
-            break;
-        }
-        let v = vals[i];
-        if v.is_nan() {
-            continue;
-        }
-        if reference.is_nan() {
-            reference = v;
-        }
-        acc.add(t - now, v - reference, v);
-    }
-    while w < windows.len() {
-        finish(w, &acc, reference, out);
-        w += 1;
     }
     out[0] = last;
     // z against the longest window (which includes this tick's value).
-    let longest = HEAD + (windows.len() - 1) * nstat;
+    let longest = HEAD + (windows - 1) * nstat;
     let (mean, std) = (out[longest], out[longest + 1]);
     if !last.is_nan() && !mean.is_nan() {
         out[1] = if std > mean.abs() * 1e-12 && std > 0.0 {
@@ -313,7 +326,9 @@ mod tests {
             ewma.update(i as f64, &[f(i)]);
         }
         let mut out = vec![0.0; HEAD + 6 * 3];
-        signal_features(&ring, &ewma, 0, n as f64, &WINDOWS, &mut out);
+        let mut walk = Walk::default();
+        walk.over(&ring, n as f64, &WINDOWS);
+        signal_features(&ring, &ewma, 0, &walk, &mut out);
         out
     }
 
@@ -391,7 +406,9 @@ mod tests {
             ewma.baseline(0)
         );
         let mut out = vec![0.0; HEAD + 6 * 3];
-        signal_features(&ring, &ewma, 0, 205.0, &WINDOWS, &mut out);
+        let mut walk = Walk::default();
+        walk.over(&ring, 205.0, &WINDOWS);
+        signal_features(&ring, &ewma, 0, &walk, &mut out);
         assert!(out[2] > 3.0, "rel {}", out[2]);
     }
 }
