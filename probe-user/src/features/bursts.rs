@@ -62,6 +62,9 @@ impl Bursts {
         };
         // A kept burst with the same start as a new one stays before it.
         let cut = self.events.partition_point(|e| e.start <= first.start);
+        if cut == self.events.len() {
+            return self.append(bursts);
+        }
         let tail = scratch;
         tail.clear();
         tail.extend(self.events.drain(cut..));
@@ -73,6 +76,31 @@ impl Bursts {
             } else {
                 self.push(bursts[j]);
                 j += 1;
+            }
+        }
+    }
+
+    /// Appends bursts in start order that start no earlier than the last kept one: what
+    /// `push` one by one leaves, without pushing the ones the same batch would push out
+    /// again (a busy peer ends more bursts in a tick than the ring holds).
+    fn append(&mut self, bursts: &[Burst]) {
+        // Those before covered_since are dropped by push; they can only be the first ones.
+        let skip = bursts.partition_point(|b| b.start < self.covered_since);
+        let bursts = &bursts[skip..];
+        let evicted = (self.events.len() + bursts.len()).saturating_sub(self.cap);
+        if evicted > self.events.len() {
+            // Every kept burst and the batch's first ones go: the last of them bounds what
+            // is covered. `longest` stays an upper bound of what is kept.
+            let gone = evicted - self.events.len();
+            self.covered_since = self.covered_since.max(bursts[gone - 1].start);
+            self.events.clear();
+            for b in &bursts[gone..] {
+                self.longest = self.longest.max(b.end - b.start);
+                self.events.push_back(*b);
+            }
+        } else {
+            for b in bursts {
+                self.push(*b);
             }
         }
     }
@@ -184,6 +212,38 @@ impl Bursts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch larger than the ring, in order after what is kept, leaves what adding its
+    /// bursts one by one leaves: the same bursts, the same coverage, the same windows.
+    #[test]
+    fn a_batch_larger_than_the_ring_is_as_if_added_one_by_one() {
+        let burst = |i: usize| Burst {
+            start: 10.0 + i as f64 * 0.01,
+            end: 10.0 + i as f64 * 0.01 + 0.002 * (i % 5) as f64,
+            bytes: (100 + i) as f64,
+        };
+        // Some before the history starts (dropped), then three ticks of 40, 10 and 70.
+        let (mut batched, mut single) = (Bursts::new(32, 10.05), Bursts::new(32, 10.05));
+        let mut i = 0;
+        for n in [40, 10, 70] {
+            let batch: Vec<Burst> = (i..i + n).map(burst).collect();
+            i += n;
+            batched.extend(&batch, &mut Vec::new());
+            for b in &batch {
+                single.add(*b);
+            }
+            assert_eq!(batched.covered_since(), single.covered_since());
+            assert!(batched.iter().eq(single.iter()));
+            let now = 10.0 + i as f64 * 0.01;
+            for w in [0.1, 0.5, 5.0] {
+                let (mut a, mut b) = ([0.0; 6], [0.0; 6]);
+                batched.window(now, w, &mut a);
+                single.window(now, w, &mut b);
+                assert_eq!(a.map(f64::to_bits), b.map(f64::to_bits));
+            }
+        }
+        assert_eq!(batched.iter().count(), 32);
+    }
 
     fn train(period: f64, on: f64, n: usize) -> Bursts {
         let mut b = Bursts::new(512, 0.0);

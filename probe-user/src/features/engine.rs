@@ -38,6 +38,9 @@ pub struct Engine {
     entities: Vec<FxHashMap<String, Entity>>,
     periods: PeriodFinder,
     scratch: Vec<f64>,
+    /// A tick's bursts by peer (`by_peer`), and the merge's room (`Bursts::extend`).
+    groups: Vec<Vec<Burst>>,
+    burst_scratch: Vec<Burst>,
     /// The ring walk of the entity whose row is being made.
     walk: Walk,
     /// Observations of entities beyond `max_entities`, not featurized (cumulative).
@@ -54,28 +57,36 @@ fn kind_index(kind: &str) -> Option<usize> {
 /// event at a time, with one entity lookup per peer instead of per event (30,000 events a
 /// tick at the bench's 10,000 connections, 64 peers). Events point at their labels, so the
 /// peer of each label is looked up once (labels are in the order of their first event, so
-/// peers are too), and the events are read once, in order, into per-peer bursts.
-fn by_peer(bursts: &TickBursts) -> Vec<(&str, Vec<Burst>)> {
-    let mut groups: Vec<(&str, Vec<Burst>)> = Vec::new();
+/// peers are too), and the events are read once, in order, into per-peer bursts:
+/// `groups[i]` holds the bursts of the i-th peer returned. `groups` keeps its buffers from
+/// tick to tick.
+fn by_peer<'a>(bursts: &'a TickBursts, groups: &mut Vec<Vec<Burst>>) -> Vec<&'a str> {
+    let mut peers: Vec<&str> = Vec::new();
     let mut by_name: FxHashMap<&str, usize> = FxHashMap::default();
     let group_of: Vec<usize> = bursts
         .labels
         .iter()
         .map(|l| {
             *by_name.entry(&l.peer).or_insert_with(|| {
-                groups.push((&l.peer, Vec::new()));
-                groups.len() - 1
+                peers.push(&l.peer);
+                peers.len() - 1
             })
         })
         .collect();
+    if groups.len() < peers.len() {
+        groups.resize_with(peers.len(), Vec::new);
+    }
+    for g in &mut groups[..peers.len()] {
+        g.clear();
+    }
     for ev in &bursts.events {
-        groups[group_of[ev.label as usize]].1.push(Burst {
+        groups[group_of[ev.label as usize]].push(Burst {
             start: ev.start_unix,
             end: ev.start_unix + ev.duration_s,
             bytes: ev.bytes as f64,
         });
     }
-    groups
+    peers
 }
 
 impl Engine {
@@ -94,6 +105,8 @@ impl Engine {
                 .collect(),
             periods: PeriodFinder::default(),
             scratch: Vec::new(),
+            groups: Vec::new(),
+            burst_scratch: Vec::new(),
             walk: Walk::default(),
             untracked: 0,
         }
@@ -153,16 +166,18 @@ impl Engine {
     /// returns the features of every observed entity, in observation order.
     pub fn tick(&mut self, now: f64, obs: &[Observation], bursts: &TickBursts) -> Vec<FeatureRow> {
         let peer = kind_index(o::PEER).expect("peers are a kind");
-        // One for every peer of the tick: at most a ring of bursts (512 by default).
-        let mut burst_scratch = Vec::new();
-        for (name, group) in by_peer(bursts) {
+        let mut groups = std::mem::take(&mut self.groups);
+        let mut scratch = std::mem::take(&mut self.burst_scratch);
+        for (name, group) in by_peer(bursts, &mut groups).into_iter().zip(&groups) {
             if let Some(e) = self.entity(peer, name, now) {
                 e.last_seen = now;
                 if let Some(b) = &mut e.bursts {
-                    b.extend(&group, &mut burst_scratch);
+                    b.extend(group, &mut scratch);
                 }
             }
         }
+        self.groups = groups;
+        self.burst_scratch = scratch;
         let mut tracked = Vec::with_capacity(obs.len());
         for r in obs {
             let Some(k) = kind_index(&r.entity_kind) else {
@@ -331,15 +346,20 @@ mod tests {
         ];
         let events = TickBursts::from_events(&events);
         assert_eq!(events.labels.len(), 4);
-        let got: Vec<(&str, Vec<usize>)> = by_peer(&events)
+        let mut groups = vec![Vec::new(); 5];
+        let got: Vec<(&str, Vec<usize>)> = by_peer(&events, &mut groups)
             .into_iter()
+            .zip(&groups)
             .map(|(p, bursts)| (p, bursts.iter().map(|b| b.start as usize).collect()))
             .collect();
         assert_eq!(
             got,
             [("b", vec![0, 2, 3]), ("a", vec![1, 4]), ("c", vec![5])]
         );
-        let first = by_peer(&events)[0].1[1];
+        // The buffers are emptied for the next tick, not added to.
+        by_peer(&events, &mut groups);
+        assert_eq!(groups[0].len(), 3);
+        let first = groups[0][1];
         assert_eq!(
             first,
             Burst {
