@@ -452,10 +452,22 @@ impl Data<'_> {
                 params["objective"] = json!("binary");
                 params["metric"] = json!("average_precision");
                 params["scale_pos_weight"] = json!((n / p).sqrt().max(1.0));
+                // Onsets are few and each recording's are alike: a validation split of a
+                // few recordings stopped most models after 1-5 trees (near-constant), and
+                // small leaves learnt single episodes. All rounds, big leaves, strong L2
+                // and half the features per tree ranked held-out onsets better (docs/model.md).
+                params
+                    .as_object_mut()
+                    .expect("params are an object")
+                    .remove("early_stopping_rounds");
+                params["min_data_in_leaf"] = json!(200);
+                params["feature_fraction"] = json!(0.5);
+                params["bagging_fraction"] = json!(0.7);
+                params["lambda_l2"] = json!(10.0);
             }
             Task::Regressor => {
                 // Forecasts gain little from long ensembles and cost the most bytes.
-                params["num_iterations"] = json!(args.rounds.div_ceil(2));
+                params["num_iterations"] = json!(args.forecast_rounds);
                 params["objective"] = json!("huber");
                 params["alpha"] = json!(0.5);
                 params["metric"] = json!("l1");

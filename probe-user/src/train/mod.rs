@@ -29,10 +29,14 @@ pub struct TrainArgs {
     #[arg(long, value_name = "TEXT")]
     pub trained_on: Option<String>,
 
-    /// Boosting rounds at most (early stopping on validation often ends sooner). With
+    /// Boosting rounds of the spike classifiers (all of them: no early stopping). With
     /// --leaves, this bounds a model file to ~1 KB per round.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 30)]
     pub rounds: u32,
+
+    /// Boosting rounds of the forecasts at most (early stopping on validation).
+    #[arg(long, default_value_t = 25)]
+    pub forecast_rounds: u32,
 
     /// Leaves per tree.
     #[arg(long, default_value_t = 7)]
