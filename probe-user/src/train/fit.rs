@@ -460,7 +460,8 @@ impl Data<'_> {
                     .as_object_mut()
                     .expect("params are an object")
                     .remove("early_stopping_rounds");
-                params["min_data_in_leaf"] = json!(200);
+                // (A twentieth of the rows at most: a short recording still gets splits.)
+                params["min_data_in_leaf"] = json!((ytr.len() / 20).clamp(1, 200));
                 params["feature_fraction"] = json!(0.5);
                 params["bagging_fraction"] = json!(0.7);
                 params["lambda_l2"] = json!(10.0);
