@@ -8,6 +8,7 @@ use lightgbm3::{Booster as Lgbm, Dataset};
 use serde_json::json;
 
 use super::{
+    crossfit::{self, FOLDS},
     split::{split, Part},
     TrainArgs,
 };
@@ -308,6 +309,23 @@ fn fit_one(
         Task::Regressor => Some(spec::RegressionColumns::new(t, &entry, label)?),
         Task::Classifier => None,
     };
+    let train = rows_of(t, parts, Part::Train, s, &entry, label, reg.as_ref());
+    let valid = rows_of(t, parts, Part::Valid, s, &entry, label, reg.as_ref());
+    // Classifiers cross-fit where there are recordings enough: the shipped model then
+    // learns from the validation recordings too.
+    let folds = match s.task {
+        Task::Classifier => crossfit::folds(t, parts),
+        Task::Regressor => None,
+    };
+    let fit = match folds {
+        Some(_) => {
+            let mut both = train.clone();
+            both.0.extend(&valid.0);
+            both.1.extend(&valid.1);
+            both
+        }
+        None => train.clone(),
+    };
     let d = Data {
         t,
         parts,
@@ -315,14 +333,17 @@ fn fit_one(
         names,
         label,
         horizon_s,
-        train: rows_of(t, parts, Part::Train, s, &entry, label, reg.as_ref()),
-        valid: rows_of(t, parts, Part::Valid, s, &entry, label, reg.as_ref()),
+        key: s.key(h),
+        train,
+        valid,
         test: rows_of(t, parts, Part::Test, s, &entry, label, reg.as_ref()),
+        fit,
+        folds,
     };
     if let Some(why) = d.too_little() {
         return Ok(Fitted::Skipped(why));
     }
-    let (text, ours, diff) = d.train(args, &s.key(h))?;
+    let (text, ours, diff) = d.train(args, &d.fit)?;
     let trees = ours.num_trees();
     if trees < 2 && !args.no_gate {
         return Ok(Fitted::Skipped(format!(
@@ -357,9 +378,16 @@ struct Data<'a> {
     names: &'a [String],
     label: &'a [f64],
     horizon_s: f64,
+    /// `kind/target_horizon`, for messages.
+    key: String,
     train: (Vec<usize>, Vec<f32>),
     valid: (Vec<usize>, Vec<f32>),
     test: (Vec<usize>, Vec<f32>),
+    /// What the shipped model is fitted on: the training rows, or with `folds` the
+    /// validation rows too.
+    fit: (Vec<usize>, Vec<f32>),
+    /// Cross-fitting (`crossfit`): the fold of each training and validation recording.
+    folds: Option<BTreeMap<String, usize>>,
 }
 
 fn positives(y: &[f32]) -> usize {
@@ -385,11 +413,15 @@ impl Data<'_> {
         }
     }
 
-    /// Fits LightGBM with early stopping on validation; returns the model's text, the Rust
-    /// evaluator's reading of it and its largest difference from LightGBM's own predictions
-    /// on every test (or validation) row.
-    fn train(&self, args: &TrainArgs, key: &str) -> Result<(String, Booster, f64)> {
-        let (tr, ytr) = &self.train;
+    /// Fits LightGBM on `rows` (early stopping on validation for forecasts); returns the
+    /// model's text, the Rust evaluator's reading of it and its largest difference from
+    /// LightGBM's own predictions on every test (or validation) row.
+    fn train(
+        &self,
+        args: &TrainArgs,
+        (tr, ytr): &(Vec<usize>, Vec<f32>),
+    ) -> Result<(String, Booster, f64)> {
+        let key = &self.key;
         let (va, yva) = &self.valid;
         let nf = self.names.len() as i32;
         let xtr = spec::matrix(self.t, self.names, tr)?;
@@ -447,7 +479,7 @@ impl Data<'_> {
             Task::Classifier => {
                 // Spikes are rare: weight the positives up, by the square root of the
                 // imbalance (full balancing made scores of calm rows too jumpy to threshold).
-                let ytr = &self.train.1;
+                let ytr = &self.fit.1;
                 let (p, n) = (positives(ytr) as f64, (ytr.len() - positives(ytr)) as f64);
                 params["objective"] = json!("binary");
                 params["metric"] = json!("average_precision");
@@ -485,30 +517,64 @@ impl Data<'_> {
             .collect())
     }
 
-    /// The series of one part (every row of the kind, labelled or not), and the model's
-    /// calibrated probability on them (one value per table row, NaN elsewhere): what the
-    /// alarm rule runs over.
-    fn part_scores(
-        &self,
-        ours: &Booster,
-        entry: &Entry,
-        part: Part,
-    ) -> Result<(Vec<Vec<usize>>, Vec<f64>)> {
-        let series: Vec<Vec<usize>> = spec::series(self.t, self.s.entity_kind)
+    /// The series of the rows whose part is `keep` (every row of the kind, labelled or
+    /// not): what the alarm rule runs over.
+    fn series_of(&self, keep: impl Fn(Part) -> bool) -> Vec<Vec<usize>> {
+        spec::series(self.t, self.s.entity_kind)
             .into_iter()
-            .map(|rows| {
-                rows.into_iter()
-                    .filter(|&r| self.parts[r] == part)
-                    .collect()
-            })
+            .map(|rows| rows.into_iter().filter(|&r| keep(self.parts[r])).collect())
             .filter(|rows: &Vec<usize>| !rows.is_empty())
-            .collect();
+            .collect()
+    }
+
+    /// `ours`' raw output on the rows of `series`, one value per table row (NaN elsewhere).
+    fn raw_at(&self, ours: &Booster, series: &[Vec<usize>], out: &mut [f64]) -> Result<()> {
         let all: Vec<usize> = series.iter().flatten().copied().collect();
-        let mut p = vec![f64::NAN; self.t.len()];
         for (&r, raw) in all.iter().zip(self.raw(ours, &all)?) {
-            p[r] = entry.probability(raw);
+            out[r] = raw;
         }
-        Ok((series, p))
+        Ok(())
+    }
+
+    /// What stands for validation: the validation series with the model's raw output, or,
+    /// cross-fitting, the training and validation series with each fold's rows scored by
+    /// a model fitted on the other folds.
+    fn validation(&self, args: &TrainArgs, ours: &Booster) -> Result<(Vec<Vec<usize>>, Vec<f64>)> {
+        let mut raw = vec![f64::NAN; self.t.len()];
+        let Some(folds) = &self.folds else {
+            let series = self.series_of(|p| p == Part::Valid);
+            self.raw_at(ours, &series, &mut raw)?;
+            return Ok((series, raw));
+        };
+        let series = self.series_of(|p| matches!(p, Part::Train | Part::Valid));
+        let fold = |r: usize| folds.get(&self.t.recording[r]).copied();
+        for f in 0..FOLDS {
+            let (rows, y): (Vec<usize>, Vec<f32>) = self
+                .fit
+                .0
+                .iter()
+                .zip(&self.fit.1)
+                .filter(|(&r, _)| fold(r) != Some(f))
+                .map(|(&r, &y)| (r, y))
+                .unzip();
+            let (_, model, _) = self.train(args, &(rows, y))?;
+            let held: Vec<Vec<usize>> = series
+                .iter()
+                .filter(|s| fold(s[0]) == Some(f))
+                .cloned()
+                .collect();
+            self.raw_at(&model, &held, &mut raw)?;
+        }
+        Ok((series, raw))
+    }
+
+    /// The calibrated probabilities of `raw` on the rows of `series`.
+    fn probabilities(entry: &Entry, series: &[Vec<usize>], raw: &[f64]) -> Vec<f64> {
+        let mut p = vec![f64::NAN; raw.len()];
+        for &r in series.iter().flatten() {
+            p[r] = entry.probability(raw[r]);
+        }
+        p
     }
 
     /// Calibration, the operating point (threshold and hold) on validation, the test
@@ -519,13 +585,18 @@ impl Data<'_> {
         ours: &Booster,
         entry: &mut Entry,
     ) -> Result<std::result::Result<BTreeMap<String, operating::OperatingPoint>, String>> {
-        let (va, yva) = &self.valid;
+        let (va, yva) = match self.folds {
+            Some(_) => &self.fit,
+            None => &self.valid,
+        };
         let (te, yte) = &self.test;
         let lva: Vec<bool> = yva.iter().map(|v| *v > 0.5).collect();
         let lte: Vec<bool> = yte.iter().map(|v| *v > 0.5).collect();
+        let (vseries, vraw) = self.validation(args, ours)?;
         // Calibrated on validation (Platt): the probability then means what it says, and
         // the threshold is one.
-        match metrics::platt(&self.raw(ours, va)?, &lva) {
+        let rva: Vec<f64> = va.iter().map(|&r| vraw[r]).collect();
+        match metrics::platt(&rva, &lva) {
             Some((a, b)) if a > 0.0 => entry.calibration = Some(Calibration { a, b }),
             // A slope of 0 or below: higher scores mean fewer events on validation.
             Some((a, _)) if !args.no_gate => {
@@ -535,7 +606,7 @@ impl Data<'_> {
             }
             _ => {}
         }
-        let (vseries, vp) = self.part_scores(ours, entry, Part::Valid)?;
+        let vp = Self::probabilities(entry, &vseries, &vraw);
         let op = operating::choose(self.t, &vseries, &vp, self.label, eval::ALARM_BUDGET);
         let op = match op {
             Some(op) => op,
@@ -558,7 +629,10 @@ impl Data<'_> {
         };
         entry.threshold = Some(op.threshold);
         entry.alarm_for_ticks = op.for_ticks;
-        let (tseries, tp) = self.part_scores(ours, entry, Part::Test)?;
+        let tseries = self.series_of(|p| p == Part::Test);
+        let mut traw = vec![f64::NAN; self.t.len()];
+        self.raw_at(ours, &tseries, &mut traw)?;
+        let tp = Self::probabilities(entry, &tseries, &traw);
         let pte: Vec<f64> = te.iter().map(|&r| tp[r]).collect();
         let held = operating::held_column(self.t, &tseries, &tp, op.for_ticks);
         let hte: Vec<f64> = te.iter().map(|&r| held[r]).collect();
@@ -575,9 +649,13 @@ impl Data<'_> {
                 operating::HOLDS,
                 operating::MAX_FALSE_ALARMS_PER_HOUR
             ),
+            "validation": match self.folds {
+                Some(_) => format!("out-of-fold scores of the training and validation recordings ({FOLDS} folds by recording); the model is fitted on all of them"),
+                None => "the validation split, scored by the model fitted on the training split".to_owned(),
+            },
             "false_alarms_per_hour_validation": op.false_alarms_per_hour,
-            "rows": {"train": self.train.0.len(), "validation": va.len(), "test": te.len()},
-            "positives": {"train": positives(&self.train.1), "validation": positives(yva), "test": positives(yte)},
+            "rows": {"train": self.fit.0.len(), "validation": va.len(), "test": te.len()},
+            "positives": {"train": positives(&self.fit.1), "validation": positives(yva), "test": positives(yte)},
             "pr_auc_test": metrics::average_precision(&pte, &lte),
             "roc_auc_test": roc,
             "f1_test": c.f1(),

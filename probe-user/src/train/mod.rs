@@ -6,6 +6,8 @@
 //! the last test (the figures in the manifest, and the check that the Rust evaluator
 //! scores exactly as LightGBM). A single recording is split by time instead.
 #[cfg(feature = "train")]
+mod crossfit;
+#[cfg(feature = "train")]
 mod fit;
 pub mod split;
 
