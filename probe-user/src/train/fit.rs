@@ -8,6 +8,7 @@ use lightgbm3::{Booster as Lgbm, Dataset};
 use serde_json::json;
 
 use super::{
+    bag,
     crossfit::{self, FOLDS},
     split::{split, Part},
     TrainArgs,
@@ -426,15 +427,32 @@ impl Data<'_> {
         let nf = self.names.len() as i32;
         let xtr = spec::matrix(self.t, self.names, tr)?;
         let xva = spec::matrix(self.t, self.names, va)?;
-        let mut dtr = Dataset::from_slice(&xtr, ytr, nf, true).context("LightGBM dataset")?;
-        dtr.set_feature_names(self.names)
-            .context("LightGBM feature names")?;
-        let dva = Dataset::from_slice_with_reference(&xva, yva, nf, true, Some(&dtr))
-            .context("LightGBM validation dataset")?;
         let params = self.params(args);
-        let lgbm = Lgbm::train_with_valid(dtr, Some(dva), &params)
-            .with_context(|| format!("training {key}"))?;
-        let text = lgbm.save_string().context("saving the LightGBM model")?;
+        // Classifiers: a bag of boosters fitted with seeds 1..=N, as one model (`bag`).
+        let seeds = match self.s.task {
+            Task::Classifier => args.seeds.max(1),
+            Task::Regressor => 1,
+        };
+        let mut texts = Vec::new();
+        let mut lgbm = None;
+        for seed in 1..=seeds {
+            let mut dtr = Dataset::from_slice(&xtr, ytr, nf, true).context("LightGBM dataset")?;
+            dtr.set_feature_names(self.names)
+                .context("LightGBM feature names")?;
+            let dva = Dataset::from_slice_with_reference(&xva, yva, nf, true, Some(&dtr))
+                .context("LightGBM validation dataset")?;
+            let mut p = params.clone();
+            p["seed"] = json!(seed);
+            let one = Lgbm::train_with_valid(dtr, Some(dva), &p)
+                .with_context(|| format!("training {key}"))?;
+            texts.push(one.save_string().context("saving the LightGBM model")?);
+            lgbm = Some(one);
+        }
+        let text = bag::merge(&texts).with_context(|| format!("{key}: merging the bag"))?;
+        let lgbm = match lgbm {
+            Some(one) if seeds == 1 => one,
+            _ => Lgbm::from_string(&text).with_context(|| format!("{key}: loading the bag"))?,
+        };
         let ours = Booster::parse(&text)
             .with_context(|| format!("{key}: LightGBM wrote a model probe cannot read"))?;
         // The Rust evaluator against LightGBM's own predictions.

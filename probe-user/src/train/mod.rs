@@ -6,6 +6,8 @@
 //! the last test (the figures in the manifest, and the check that the Rust evaluator
 //! scores exactly as LightGBM). A single recording is split by time instead.
 #[cfg(feature = "train")]
+mod bag;
+#[cfg(feature = "train")]
 mod crossfit;
 #[cfg(feature = "train")]
 mod fit;
@@ -35,6 +37,11 @@ pub struct TrainArgs {
     /// --leaves, this bounds a model file to ~1 KB per round.
     #[arg(long, default_value_t = 30)]
     pub rounds: u32,
+
+    /// Spike classifiers: boosters fitted with seeds 1..=N and averaged into one model (N x
+    /// --rounds trees to score).
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u32,
 
     /// Boosting rounds of the forecasts at most (early stopping on validation).
     #[arg(long, default_value_t = 25)]
