@@ -645,9 +645,9 @@ mod tests {
     }
 }
 
-/// The model stage's cost per scored entity per tick with the built-in model, on the
-/// feature rows of `features::cost` (the bench's shape), in a release build:
-/// `cargo test --release -p probe-user scoring_cost -- --ignored --nocapture`.
+/// The model stage's cost per scored entity per tick with the built-in model (or the model
+/// directory in `MODEL`), on the feature rows of `features::cost` (the bench's shape), in a
+/// release build: `cargo test --release -p probe-user scoring_cost -- --ignored --nocapture`.
 #[cfg(test)]
 mod cost {
     use super::*;
@@ -660,7 +660,10 @@ mod cost {
     #[ignore = "a measurement, run in release"]
     fn scoring_cost() {
         let cfg = FeatureConfig::default();
-        let bound = crate::model::load(None, &cfg).unwrap().unwrap();
+        let dir = std::env::var_os("MODEL")
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from);
+        let bound = crate::model::load(dir.as_deref(), &cfg).unwrap().unwrap();
         let mut stage = Model::new(Arc::new(Mutex::new(Some(Arc::new(bound)))));
         let mut e = Engine::new(cfg);
         let (mut spent, mut entities, mut forecasts) = (0.0, 0, 0);
