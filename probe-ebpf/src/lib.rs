@@ -62,7 +62,7 @@ pub const DROP_REASONS_MAX_ENTRIES: u32 = 1_024;
 /// Burst-end records per CPU in BURST_EVENTS by default (a power of two; the loader sizes the
 /// rings from `[maps] burst_events_bytes_per_cpu` and patches BURST_EVENTS_SHIFT to match). A
 /// record is one 64-byte line (`BurstSlot`), so 4,096 is 256 KiB per CPU: user space drains
-/// every 25 ms, so that is 163,840 burst ends a second per CPU before the kernel has to drop
+/// every 25 ms when busy, so that is 163,840 burst ends a second per CPU before the kernel has to drop
 /// one.
 pub const BURST_EVENTS_PER_CPU_DEFAULT: u32 = 4_096;
 

@@ -81,7 +81,7 @@ pub static SERIES_SLOTS: PerCpuArray<SeriesSlot> =
     PerCpuArray::with_max_entries(SERIES_SLOTS_DEFAULT, 0);
 
 /// One record per ended burst, in a ring per CPU (see probe_ebpf::BurstSlot and RingPos),
-/// drained by user space every 25 ms from its own mapping of the array. Not a BPF ring
+/// drained by user space every 25-100 ms from its own mapping of the array. Not a BPF ring
 /// buffer: its reservation takes a lock and writes a position every CPU shares, and its
 /// submit is a locked exchange; here each CPU writes only its own lines, without a locked
 /// instruction on x86-64, and user space reads without a syscall or a store per record. A

@@ -407,7 +407,7 @@ fn burst_ended(
 
 /// Writes one BurstEnd record into this CPU's BURST_EVENTS ring; false, counted, when the
 /// ring is full (user space has not yet read the records a ring's length back). Nothing
-/// wakes user space: it drains the rings every 25 ms.
+/// wakes user space: it drains the rings every 25-100 ms.
 #[inline(always)]
 fn emit_burst(
     k: &FlowKey,

@@ -92,6 +92,11 @@ impl BurstRing {
         })
     }
 
+    /// Records the rings hold, all CPUs together.
+    pub fn capacity(&self) -> usize {
+        self.cpus * self.len as usize
+    }
+
     /// Hands `f` the records the programs wrote since the last read, CPU by CPU (with the
     /// CPU), at most `max` of them, and frees their slots for the programs. Returns how many
     /// it handed.
