@@ -48,7 +48,7 @@ pub const DRAIN_CALM: Duration = Duration::from_millis(100);
 pub const DRAIN_BUSY: Duration = Duration::from_millis(25);
 
 /// Whether the next drain comes after DRAIN_BUSY, given the last one's and how many
-/// records it read of the rings' `capacity`.
+/// records were read of the rings' `capacity` since the thread's last drain.
 fn busy_next(busy: bool, read: usize, capacity: usize) -> bool {
     if busy {
         read > capacity / 8
@@ -71,6 +71,9 @@ struct Drained {
     read: usize,
     /// Records read beyond MAX_EVENTS_PER_TICK and not kept, since start.
     dropped: u64,
+    /// Records read by any drain (the thread's or a tick's) since the thread last looked:
+    /// what sets its pace (a tick's drain just before the thread's must not slow it down).
+    pace: usize,
 }
 
 impl Drained {
@@ -81,6 +84,7 @@ impl Drained {
             records,
             read,
             dropped,
+            pace,
         } = self;
         let budget = (2 * MAX_EVENTS_PER_TICK).saturating_sub(*read);
         let n = ring.read(budget, |cpu, s| {
@@ -92,6 +96,7 @@ impl Drained {
             }
         });
         *read += n;
+        *pace += n;
         n
     }
 }
@@ -116,6 +121,7 @@ impl BurstEventCollector {
             records: BurstRecords::default(),
             read: 0,
             dropped: 0,
+            pace: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (d, s) = (drained.clone(), stop.clone());
@@ -126,7 +132,11 @@ impl BurstEventCollector {
                 let mut busy = false;
                 while !s.load(Ordering::Relaxed) {
                     std::thread::sleep(if busy { DRAIN_BUSY } else { DRAIN_CALM });
-                    let n = lock(&d).drain();
+                    let n = {
+                        let mut d = lock(&d);
+                        d.drain();
+                        std::mem::take(&mut d.pace)
+                    };
                     busy = busy_next(busy, n, capacity);
                 }
             })
