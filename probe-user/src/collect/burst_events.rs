@@ -77,8 +77,7 @@ struct Drained {
 }
 
 impl Drained {
-    /// Returns the records read.
-    fn drain(&mut self) -> usize {
+    fn drain(&mut self) {
         let Self {
             ring,
             records,
@@ -97,7 +96,6 @@ impl Drained {
         });
         *read += n;
         *pace += n;
-        n
     }
 }
 
