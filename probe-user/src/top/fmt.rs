@@ -71,8 +71,8 @@ pub fn sparkline(v: &[f64], width: usize) -> String {
         .collect()
 }
 
-/// Spike probabilities per horizon, `5s:9% 30s:62%!` (`!`: at or above the model's
-/// threshold, where ProbeSpikeForecast fires).
+/// Spike probabilities per horizon, `5s:9% 30s:62%!` (`!`: the model alarms, its
+/// threshold held for its rule's ticks: where ProbeSpikeForecast fires).
 fn spike(p: &PeerRow) -> String {
     if p.spike.is_empty() {
         return DASH.to_string();
