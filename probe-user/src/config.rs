@@ -42,7 +42,7 @@ pub struct RunArgs {
     pub bpf_log: bool,
 
     /// TLS, mutual TLS and basic auth for the HTTP server: a YAML file with the keys of the
-    /// Prometheus exporter-toolkit (tls_server_config, basic_auth_users), docs/operations.md.
+    /// Prometheus exporter-toolkit (tls_server_config, basic_auth_users), docs/install.md.
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config: Option<PathBuf>,
 
@@ -700,5 +700,94 @@ mod tests {
         assert!(name_matches("ib?", "ib0"));
         assert!(!name_matches("ib?", "ib10"));
         assert!(!name_matches("eth0", "eth01"));
+    }
+
+    /// The keys the config file accepts under `table` ("" for the top level), as serde
+    /// itself lists them in its error for an unknown key ("expected one of `a`, `b`"): the
+    /// file structs' own field lists, so they cannot drift from the code. None when `table`
+    /// is not a table of the file (a scalar or list key).
+    fn accepted_keys(table: &str) -> Option<Vec<String>> {
+        const PROBE: &str = "no_such_key_for_the_test";
+        let header = if table.is_empty() {
+            String::new()
+        } else {
+            format!("[{table}]\n")
+        };
+        let e = toml::from_str::<FileConfig>(&format!("{header}{PROBE} = 0\n"))
+            .err()?
+            .to_string();
+        let (_, expected) = e.split_once(&format!("unknown field `{PROBE}`, expected"))?;
+        Some(
+            expected
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    /// Every key of the file, dotted (`maps.flows`), tables walked recursively.
+    fn file_keys(table: &str, out: &mut Vec<String>) {
+        for k in accepted_keys(table).expect("a table of the config file") {
+            let key = if table.is_empty() {
+                k
+            } else {
+                format!("{table}.{k}")
+            };
+            if accepted_keys(&key).is_some() {
+                file_keys(&key, out);
+            } else {
+                out.push(key);
+            }
+        }
+    }
+
+    /// docs/install.md has a table row for every long flag of `probe run` (and the global
+    /// ones) and for every config key, and no row for a flag that does not exist: a flag or
+    /// key added to the code without a line in the doc fails here.
+    #[test]
+    fn install_md_lists_every_flag_and_config_key() {
+        use clap::CommandFactory as _;
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/install.md");
+        let doc = std::fs::read_to_string(path).expect("docs/install.md exists");
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+        // A row's first cell names it: `--flag ARG`, or a key.
+        let named = |row: &&str| row[3..].split(['`', ' ']).next().unwrap_or("").to_owned();
+
+        let cli = crate::cli::Cli::command();
+        let run = cli.find_subcommand("run").expect("probe run exists");
+        let flags: Vec<String> = cli
+            .get_arguments()
+            .chain(run.get_arguments())
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "help" | "version"))
+            .map(|l| format!("--{l}"))
+            .collect();
+        assert!(flags.len() >= 12, "{flags:?}");
+        let flag_rows: Vec<String> = rows
+            .iter()
+            .map(named)
+            .filter(|n| n.starts_with("--"))
+            .collect();
+        let missing: Vec<_> = flags.iter().filter(|f| !flag_rows.contains(f)).collect();
+        let unknown: Vec<_> = flag_rows.iter().filter(|f| !flags.contains(f)).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "docs/install.md lacks a row for the flags {missing:?}; it has rows for flags \
+             `probe run` does not take: {unknown:?}"
+        );
+
+        let mut keys = Vec::new();
+        file_keys("", &mut keys);
+        for k in ["listen", "maps.flows", "web.config_file", "rdma.interval"] {
+            assert!(keys.iter().any(|x| x == k), "{k} not found in {keys:?}");
+        }
+        let key_rows: Vec<String> = rows.iter().map(named).collect();
+        let missing: Vec<_> = keys.iter().filter(|k| !key_rows.contains(k)).collect();
+        assert!(
+            missing.is_empty(),
+            "docs/install.md lacks a row (| `key` | default | meaning |) for the config keys {missing:?}"
+        );
     }
 }
