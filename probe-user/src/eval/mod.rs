@@ -45,6 +45,12 @@ pub struct EvalArgs {
     /// to report lead time for gradual onsets and detection delay for abrupt ones.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub ground_truth: Vec<PathBuf>,
+
+    /// Also write every row the model scored as CSV (recording, entity kind, entity, time,
+    /// model, probability, alarm): where and when it would have alarmed, to set against
+    /// what happened in each recording.
+    #[arg(long, value_name = "FILE")]
+    pub alarms: Option<PathBuf>,
 }
 
 /// The baselines with a threshold learnt on validation: an EWMA of the label's signals
@@ -297,6 +303,10 @@ pub fn main(args: EvalArgs) -> Result<()> {
         regressors: Vec::new(),
     };
     let mut timeline = None;
+    let mut alarms = args
+        .alarms
+        .as_ref()
+        .map(|_| String::from("recording,entity_kind,entity,time_unix,model,probability,alarm\n"));
     for (e, b) in bundle.manifest.models.iter().zip(&bundle.boosters) {
         let Some(s) = spec::of(e) else {
             eprintln!(
@@ -308,7 +318,7 @@ pub fn main(args: EvalArgs) -> Result<()> {
         let names = &bundle.manifest.features[&e.entity_kind];
         match e.task {
             Task::Classifier => {
-                let (r, tl) = classifier(&t, s, e, b, names, &bundle, &truth)?;
+                let (r, tl) = classifier(&t, s, e, b, names, &bundle, &truth, alarms.as_mut())?;
                 if timeline.is_none() && e.target == "rtt_spike" {
                     timeline = tl;
                 }
@@ -316,6 +326,9 @@ pub fn main(args: EvalArgs) -> Result<()> {
             }
             Task::Regressor => res.regressors.push(regressor(&t, s, e, b, names)?),
         }
+    }
+    if let (Some(path), Some(csv)) = (&args.alarms, &alarms) {
+        std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
     }
     let md = report::markdown(&res, args.out.is_some());
     match &args.out {
@@ -388,6 +401,7 @@ struct Column {
     threshold: f64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn classifier(
     t: &FeatureTable,
     s: &Spec,
@@ -396,6 +410,7 @@ fn classifier(
     names: &[String],
     bundle: &Bundle,
     truth: &Episodes,
+    alarms: Option<&mut String>,
 ) -> Result<(ClassResult, Option<TimelineData>)> {
     let label = t.column(&s.label(&e.horizon))?;
     let now = t.column(&s.now())?;
@@ -403,6 +418,9 @@ fn classifier(
     let series = spec::series(t, s.entity_kind);
     let (known, lb) = operating::known_rows(&series, label);
     let cols = columns(t, s, e, b, names, bundle, &series)?;
+    if let Some(csv) = alarms {
+        write_alarms(csv, t, &series, &s.key(&e.horizon), &cols[0]);
+    }
     let judged = Judged {
         t,
         series: &series,
@@ -444,6 +462,19 @@ fn classifier(
         },
         tl,
     ))
+}
+
+/// The model's rows as `--alarms` writes them.
+fn write_alarms(csv: &mut String, t: &FeatureTable, series: &[Vec<usize>], key: &str, c: &Column) {
+    use std::fmt::Write as _;
+    for &r in series.iter().flatten() {
+        let alarm = u8::from(c.alarm[r] >= c.threshold);
+        let _ = writeln!(
+            csv,
+            "{},{},{},{:.3},{key},{},{alarm}",
+            t.recording[r], t.entity_kind[r], t.entity[r], t.time_unix[r], c.score[r]
+        );
+    }
 }
 
 /// The scorers of one classifier: the model (its calibrated probability, alarming under
