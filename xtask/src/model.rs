@@ -33,6 +33,16 @@ pub struct ModelArgs {
     /// Record nothing: train and evaluate on the repository's compact corpus as it is.
     #[arg(long)]
     pub no_lab: bool,
+    /// Rebuild from the repository's corpus (implies --no-lab) into target/model-check and
+    /// fail unless the model files and the evaluation's results.json equal the shipped
+    /// ones byte for byte (`cargo xtask test` runs this).
+    #[arg(long)]
+    pub check: bool,
+    /// The probe binary to train and evaluate with (default: a release build made here).
+    /// Training is LightGBM's (always optimised) and the features are the daemon's engine,
+    /// so a debug build gives the same files, only slower.
+    #[arg(long, value_name = "FILE")]
+    pub probe: Option<PathBuf>,
 }
 
 /// Calm gaps of the corpus's runs, seconds.
@@ -78,13 +88,20 @@ fn split(corpus: &Path, part: &str) -> Result<(Vec<String>, Vec<String>)> {
     Ok((recs, truth))
 }
 
-pub fn run(args: ModelArgs) -> Result<()> {
+pub fn run(mut args: ModelArgs) -> Result<()> {
     crate::setup::run()?;
+    args.no_lab |= args.check;
     let root = build::root();
     let corpus = args
         .corpus
+        .clone()
         .unwrap_or_else(|| build::target_dir().join("model-corpus"));
-    let bin = build::release_probe()?;
+    let bin = match &args.probe {
+        Some(p) => {
+            std::fs::canonicalize(p).with_context(|| format!("no probe at {}", p.display()))?
+        }
+        None => build::release_probe()?,
+    };
     if !args.no_lab {
         let xtask = std::env::current_exe().context("locating xtask")?;
         let mut c = Command::new(xtask);
@@ -108,7 +125,11 @@ pub fn run(args: ModelArgs) -> Result<()> {
         pack(&bin, &corpus, &packed)?;
     }
     let corpus = packed;
-    let work = build::target_dir().join("model-work");
+    let work = build::target_dir().join(if args.check {
+        "model-check"
+    } else {
+        "model-work"
+    });
     std::fs::create_dir_all(&work)?;
     let (train, _) = split(&corpus, "train")?;
     let (held, truth) = split(&corpus, "heldout")?;
@@ -127,7 +148,13 @@ pub fn run(args: ModelArgs) -> Result<()> {
         a.extend(recs.iter().map(String::as_str));
         probe(&bin, &work, &a)?;
     }
-    let model_dir = root.join("probe-user").join("model");
+    let shipped_model = root.join("probe-user").join("model");
+    let shipped_report = root.join("docs").join("model");
+    let (model_dir, report) = if args.check {
+        (work.join("model"), work.join("report"))
+    } else {
+        (shipped_model.clone(), shipped_report.clone())
+    };
     let trained_on = format!(
         "lab corpus: {} training runs of {} s (3 patterns x 3 periods x 3 link rates, 4-8 ranks, 6 episode kinds)",
         train.len(),
@@ -149,7 +176,6 @@ pub fn run(args: ModelArgs) -> Result<()> {
             &model_dir.display().to_string(),
         ],
     )?;
-    let report = root.join("docs").join("model");
     let mut a = vec![
         "eval".to_owned(),
         "--model".into(),
@@ -168,10 +194,56 @@ pub fn run(args: ModelArgs) -> Result<()> {
         &work,
         &a.iter().map(String::as_str).collect::<Vec<_>>(),
     )?;
+    if args.check {
+        return same_files(&model_dir, &shipped_model, &report, &shipped_report);
+    }
     println!(
         "model: {} and {} written; rebuild probe to embed the new default model",
         model_dir.display(),
         report.join("report.md").display()
+    );
+    Ok(())
+}
+
+/// The rebuilt model and evaluation against the shipped ones: every model file (both ways:
+/// none missing, none extra) and results.json, byte for byte.
+fn same_files(model: &Path, shipped: &Path, report: &Path, shipped_report: &Path) -> Result<()> {
+    let names = |d: &Path| -> Result<Vec<String>> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .with_context(|| format!("reading {}", d.display()))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        Ok(v)
+    };
+    let (built, kept) = (names(model)?, names(shipped)?);
+    if built != kept {
+        bail!(
+            "the rebuilt model has files {built:?}, the shipped one {kept:?}: run `cargo xtask model --no-lab` and commit"
+        );
+    }
+    let mut pairs: Vec<(PathBuf, PathBuf)> = built
+        .iter()
+        .map(|n| (model.join(n), shipped.join(n)))
+        .collect();
+    pairs.push((
+        report.join("results.json"),
+        shipped_report.join("results.json"),
+    ));
+    for (a, b) in pairs {
+        let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+        if read(&a)? != read(&b)? {
+            bail!(
+                "{} differs from the shipped {}: the repository's corpus no longer rebuilds the built-in model (run `cargo xtask model --no-lab` and commit)",
+                a.display(),
+                b.display()
+            );
+        }
+    }
+    println!(
+        "model: the corpus rebuilds the shipped model ({} files) and its evaluation byte for byte",
+        built.len()
     );
     Ok(())
 }
