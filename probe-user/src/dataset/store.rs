@@ -10,7 +10,8 @@
 //! - `OUTDIR/NAME/recording.parquet`: the observations of the entities kept (`--peers`),
 //!   which the labels are computed from, as from any recording;
 //! - the lab's files beside the recording ([`BESIDE`]): the job log that the
-//!   `iteration_slowdown` labels come from, the ground truth and the run's settings.
+//!   `iteration_slowdown` labels come from (each iteration's start and end only, what the
+//!   labels read: a quarter of the lab's log), the ground truth and the run's settings.
 //!
 //! `probe features --data OUTDIR/NAME/recording.parquet` finds no burst events there and
 //! takes the stored features instead of replaying; a recording with its burst events is
@@ -67,6 +68,27 @@ fn portable(text: &[u8]) -> Vec<u8> {
     }
     let mut out = serde_json::to_vec_pretty(&m).unwrap_or_else(|_| text.to_vec());
     out.push(b'\n');
+    out
+}
+
+/// The job log as the labels read it (`labels::JobLog::parse`): each iteration's `t_start`
+/// and `t_end`, exact (serde_json writes the shortest decimal that reads back as the same
+/// f64), without the lab's other fields; lines without both are left out, as the parser
+/// skips them.
+fn iteration_times(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() / 4);
+    for line in text.split(|&b| b == b'\n') {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let (Some(s), Some(e)) = (v["t_start"].as_f64(), v["t_end"].as_f64()) {
+            // Spelled out: the same bytes whether or not serde_json keeps key order.
+            let num = |x: f64| serde_json::Value::from(x).to_string();
+            out.extend_from_slice(
+                format!("{{\"t_start\":{},\"t_end\":{}}}\n", num(s), num(e)).as_bytes(),
+            );
+        }
+    }
     out
 }
 
@@ -332,6 +354,8 @@ pub(super) fn write(
                 std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
             if name == "lab.json" {
                 text = portable(&text);
+            } else if name == JOB_LOG {
+                text = iteration_times(&text);
             }
             std::fs::write(dir.join(name), &text)
                 .with_context(|| format!("writing {}", dir.join(name).display()))?;
@@ -523,7 +547,12 @@ mod tests {
             } else {
                 0.25
             };
-            log.push_str(&format!("{{\"t_start\":{t},\"t_end\":{}}}\n", t + d));
+            // The lab's other fields, which the compact run leaves out.
+            log.push_str(&format!(
+                "{{\"iter\":{},\"rank\":0,\"comm_s\":{d},\"t_start\":{t},\"t_end\":{}}}\n",
+                (t / d) as u64,
+                t + d
+            ));
             t += d;
         }
         std::fs::write(dir.join(JOB_LOG), log).unwrap();
@@ -590,6 +619,10 @@ mod tests {
         let lab: serde_json::Value =
             serde_json::from_slice(&std::fs::read(run.join("lab.json")).unwrap()).unwrap();
         assert_eq!(lab, serde_json::json!({"seed": 1, "probe": "probe"}));
+        // The job log: each iteration's times only.
+        let log = std::fs::read_to_string(run.join(JOB_LOG)).unwrap();
+        let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+        assert_eq!(first.as_object().unwrap().len(), 2, "{first}");
         let slim: Vec<Observation> =
             crate::record::reader::read(&run.join("recording.parquet")).unwrap();
         assert_eq!(slim.len(), TICKS * 5, "every kind, the lab's two peers");
