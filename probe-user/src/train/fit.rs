@@ -696,11 +696,39 @@ impl Data<'_> {
             }
         }
         if !args.no_gate {
-            if let Some(why) = gate(self.t, self.s, self.horizon_s, te, &pte, &lte, roc)? {
+            let why = match self.folds {
+                Some(_) => self.gate_out_of_fold(va, &vp, &lva)?,
+                None => gate(self.t, self.s, self.horizon_s, te, &pte, &lte, roc, "test")?,
+            };
+            if let Some(why) = why {
                 return Ok(Err(format!("gate: {why}")));
             }
         }
         Ok(Ok(baselines))
+    }
+
+    /// Cross-fitting, the gate judges the out-of-fold scores of every training and
+    /// validation recording (each scored by a model that never saw it): a test split of
+    /// three or four recordings left intervals so wide that which targets shipped changed
+    /// from one corpus to the next.
+    fn gate_out_of_fold(
+        &self,
+        rows: &[usize],
+        p: &[f64],
+        label: &[bool],
+    ) -> Result<Option<String>> {
+        let score: Vec<f64> = rows.iter().map(|&r| p[r]).collect();
+        let roc = metrics::roc_auc(&score, label);
+        gate(
+            self.t,
+            self.s,
+            self.horizon_s,
+            rows,
+            &score,
+            label,
+            roc,
+            "out-of-fold",
+        )
     }
 
     /// The test MAE in the target's own unit against persistence (the value now); why the
@@ -749,9 +777,11 @@ fn write_dir(dir: &Path, m: &Manifest, texts: &[String]) -> Result<()> {
         .with_context(|| format!("writing {}", p.display()))
 }
 
-/// Why a classifier must not ship, judged on the test rows: a ranking at chance
-/// (ROC-AUC below 0.6), or a baseline it does not beat on PR-AUC outside the bootstrap
-/// interval of the difference (resampling recordings, or 60 s stretches of a single one).
+/// Why a classifier must not ship, judged on `rows` (`on` names them: the test split, or
+/// the out-of-fold rows): a ranking at chance (ROC-AUC below 0.6), or a baseline it does
+/// not beat on PR-AUC outside the bootstrap interval of the difference (resampling
+/// recordings, or 60 s stretches of a single one).
+#[allow(clippy::too_many_arguments)]
 fn gate(
     t: &FeatureTable,
     s: &Spec,
@@ -760,15 +790,16 @@ fn gate(
     score: &[f64],
     label: &[bool],
     roc: Option<f64>,
+    on: &str,
 ) -> Result<Option<String>> {
     match roc {
         None => {
-            return Ok(Some(
-                "the test rows hold one class only: nothing to judge".into(),
-            ))
+            return Ok(Some(format!(
+                "the {on} rows hold one class only: nothing to judge"
+            )))
         }
         Some(r) if r < MIN_ROC_AUC => {
-            return Ok(Some(format!("test ROC-AUC {r:.3} is below {MIN_ROC_AUC}")))
+            return Ok(Some(format!("{on} ROC-AUC {r:.3} is below {MIN_ROC_AUC}")))
         }
         Some(_) => {}
     }
@@ -791,7 +822,7 @@ fn gate(
             Some((lo, _)) if lo > 0.0 => {}
             ci => {
                 return Ok(Some(format!(
-                    "does not beat {name} on test PR-AUC outside the {:.0}% interval (model minus {name}: {})",
+                    "does not beat {name} on {on} PR-AUC outside the {:.0}% interval (model minus {name}: {})",
                     100.0 * eval::CONFIDENCE,
                     ci.map_or("no resample had both classes".into(), |(a, b)| format!("[{a:.3}, {b:.3}]"))
                 )))
@@ -849,17 +880,22 @@ mod tests {
         // A model that knows the onsets: it beats every baseline by far.
         let good: Vec<f64> = y.iter().map(|&p| if p { 0.9 } else { 0.1 }).collect();
         let roc = metrics::roc_auc(&good, &y);
-        assert_eq!(gate(&t, s, 5.0, &rows, &good, &y, roc).unwrap(), None);
+        assert_eq!(
+            gate(&t, s, 5.0, &rows, &good, &y, roc, "test").unwrap(),
+            None
+        );
         // A constant: chance, refused for its ranking.
         let flat = vec![0.3; y.len()];
         let roc = metrics::roc_auc(&flat, &y);
-        let why = gate(&t, s, 5.0, &rows, &flat, &y, roc).unwrap().unwrap();
+        let why = gate(&t, s, 5.0, &rows, &flat, &y, roc, "test")
+            .unwrap()
+            .unwrap();
         assert!(why.contains("ROC-AUC"), "{why}");
         // When the RTT itself shows the onsets, the EWMA rule ranks them as well as that
         // model: no win outside the interval, refused, naming the baseline.
         let (t, rows, y) = table(true);
         let roc = metrics::roc_auc(&good, &y);
-        let why = gate(&t, s, 5.0, &rows, &good, &y, roc).unwrap();
+        let why = gate(&t, s, 5.0, &rows, &good, &y, roc, "test").unwrap();
         assert!(
             why.as_deref().is_some_and(|w| w.contains("does not beat")),
             "{why:?}"
