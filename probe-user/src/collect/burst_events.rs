@@ -316,10 +316,14 @@ pub fn events(
             packets: r.packets,
         });
     }
+    // Sorted by start_ns above; start_unix is monotone in it (an integer sum, then a
+    // conversion and a product that round monotonically).
+    debug_assert!(TickBursts::in_start_order(&events));
     TickBursts {
         labels,
         events,
         tick_unix: 0.0,
+        sorted: true,
     }
 }
 

@@ -61,6 +61,11 @@ pub struct TickBursts {
     pub events: Vec<TickBurst>,
     /// Time of the tick that delivered them (`BurstEvent::tick_unix`).
     pub tick_unix: f64,
+    /// `events` are in start order as `in_start_order` reads it: the collect stage sorts
+    /// them, a replayed tick is checked. The feature stage then takes only the newest
+    /// bursts of a busy peer; checking it there read every event of the tick (~7 us per
+    /// entity per tick at 3,750 events per peer).
+    pub sorted: bool,
 }
 
 impl TickBursts {
@@ -88,12 +93,25 @@ impl TickBursts {
             .collect()
     }
 
+    /// Whether events are in start order as `Bursts::extend` takes it (`total_cmp`), with
+    /// no NaN start: then each peer's are too, and only its newest can stay in its ring.
+    /// Anything else (a hand-made recording) takes the feature stage's whole path, which
+    /// sorts each peer's. NaNs sort first or last, so the ends tell.
+    pub fn in_start_order(events: &[TickBurst]) -> bool {
+        let nan = |e: Option<&TickBurst>| e.is_some_and(|e| e.start_unix.is_nan());
+        !nan(events.first())
+            && !nan(events.last())
+            && events
+                .windows(2)
+                .all(|w| w[0].start_unix.total_cmp(&w[1].start_unix).is_le())
+    }
+
     /// One tick's events (all of one `tick_unix`), in their order, with equal labels
     /// shared.
     pub fn from_events(src: &[BurstEvent]) -> Self {
         let mut index: FxHashMap<(&str, &str, &str), u32> = FxHashMap::default();
         let mut labels = Vec::new();
-        let events = src
+        let events: Vec<TickBurst> = src
             .iter()
             .map(|ev| {
                 let label = *index
@@ -116,6 +134,7 @@ impl TickBursts {
             })
             .collect();
         Self {
+            sorted: Self::in_start_order(&events),
             labels,
             events,
             tick_unix: src.first().map_or(0.0, |e| e.tick_unix),

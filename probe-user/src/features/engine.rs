@@ -80,7 +80,7 @@ fn by_peer<'a>(bursts: &'a TickBursts, groups: &mut Vec<Vec<Burst>>) -> Vec<&'a 
     peers
 }
 
-/// `by_peer` for a tick whose events are in start order (`in_start_order`), with only what
+/// `by_peer` for a tick whose events are in start order (`TickBursts::sorted`), with only what
 /// a ring of `cap` can keep of each peer's: `tails[i]` holds the indices of the i-th peer's
 /// last `cap` events, newest first, and `left_out[i]` the start of its last one not held,
 /// if any (`Bursts::extend_tail`). The events are read from the newest back, and only until
@@ -112,21 +112,6 @@ fn tails_by_peer<'a>(
         }
     }
     peers
-}
-
-/// Whether events are in start order as `Bursts::extend` takes it (`total_cmp`), with no
-/// NaN start: then each peer's are too, and only its newest can stay (`tails_by_peer`).
-/// Anything else (a hand-made recording) takes the whole path, which sorts each peer's.
-/// NaNs sort first or last, so the ends tell. This reads every event, most of what a busy
-/// tick still costs more (~7 us per entity per tick at 3,750 events per peer): the collect
-/// stage sorts them, and a `TickBursts` that said so would not need it.
-fn in_start_order(events: &[TickBurst]) -> bool {
-    let nan = |e: Option<&TickBurst>| e.is_some_and(|e| e.start_unix.is_nan());
-    !nan(events.first())
-        && !nan(events.last())
-        && events
-            .windows(2)
-            .all(|w| w[0].start_unix.total_cmp(&w[1].start_unix).is_le())
 }
 
 /// The peers of a tick's events in the order of their first event, and the index among
@@ -277,7 +262,7 @@ impl Engine {
         let peer = kind_index(o::PEER).expect("peers are a kind");
         let cap = self.cfg.events_per_peer;
         let mut pb = std::mem::take(&mut self.peer_bursts);
-        let newest = !whole && cap > 0 && in_start_order(&bursts.events);
+        let newest = !whole && cap > 0 && bursts.sorted;
         let peers = if newest {
             tails_by_peer(bursts, cap, &mut pb.tails, &mut pb.left_out)
         } else {
@@ -436,7 +421,7 @@ mod tests {
             ev(5, "c", "eth0"),
         ];
         let events = TickBursts::from_events(&events);
-        assert!(in_start_order(&events.events));
+        assert!(TickBursts::in_start_order(&events.events));
         let (mut tails, mut left_out) = (Vec::new(), Vec::new());
         let peers = tails_by_peer(&events, 2, &mut tails, &mut left_out);
         assert_eq!(peers, ["b", "a", "c"]);
@@ -450,7 +435,8 @@ mod tests {
             start_unix: start,
             ..TickBurst::default()
         };
-        let order = |s: &[f64]| in_start_order(&s.iter().map(|&x| ev(x)).collect::<Vec<_>>());
+        let order =
+            |s: &[f64]| TickBursts::in_start_order(&s.iter().map(|&x| ev(x)).collect::<Vec<_>>());
         assert!(order(&[]) && order(&[1.0]) && order(&[1.0, 1.0, 2.0]));
         assert!(!order(&[2.0, 1.0]));
         // `extend` sorts by `total_cmp`, in which -0 comes before 0; NaNs sort at the ends.
