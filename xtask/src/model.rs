@@ -155,6 +155,8 @@ pub fn run(mut args: ModelArgs) -> Result<()> {
     } else {
         (shipped_model.clone(), shipped_report.clone())
     };
+    clear(&model_dir, &["txt"], &["manifest.json"])?;
+    clear(&report, &["svg"], &["report.md", "results.json"])?;
     let trained_on = format!(
         "lab corpus: {} training runs of {} s (3 patterns x 3 periods x 3 link rates, 4-8 ranks, 6 episode kinds)",
         train.len(),
@@ -202,6 +204,24 @@ pub fn run(mut args: ModelArgs) -> Result<()> {
         model_dir.display(),
         report.join("report.md").display()
     );
+    Ok(())
+}
+
+/// Removes what an earlier training or evaluation wrote to `dir` (files with one of
+/// `exts`, or named in `names`): a model the gate now skips must not stay behind, nor its
+/// plots.
+fn clear(dir: &Path, exts: &[&str], names: &[&str]) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if exts.contains(&ext) || names.contains(&name) {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+    }
     Ok(())
 }
 

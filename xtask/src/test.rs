@@ -171,6 +171,16 @@ pub fn run(args: TestArgs) -> Result<()> {
         steps.push(step("fuzz (short)", fuzz));
     }
     if !args.quick {
+        // The repository's corpus rebuilds the built-in model and its evaluation byte for
+        // byte (with the debug build: LightGBM is always optimised, and the files are the
+        // same as a release build's).
+        let mut model = Command::new(std::env::current_exe()?);
+        model
+            .args(["model", "--check", "--probe"])
+            .arg(build::target_dir().join("debug").join("probe"));
+        steps.push(step("built-in model rebuild", model));
+    }
+    if !args.quick {
         let probe = build::target_dir().join("debug").join("probe");
         let mut cmd = cargo_with(&[
             "test",
