@@ -299,3 +299,112 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
+
+/// A held-out run of the repository's corpus (docs/model.md): never trained on, recorded by
+/// the lab with the ground truth of its episodes (ground_truth.jsonl: when each congestion
+/// episode began and ended, and whether it built up gradually).
+const SKILL_RUN: &str = "xtask/model-corpus/heldout/001-ps-200ms-1024KiB-4r-1000M-q100-seed4";
+/// The shipped models whose skill is checked: the RTT spike and the iteration slowdown at
+/// the 15 s horizon.
+const SKILL_MODELS: [&str; 2] = ["peer/rtt_spike_15s", "peer/iteration_slowdown_15s"];
+
+/// The ground truth's episodes: (start, end, gradual).
+fn episodes(run: &Path) -> Vec<(f64, f64, bool)> {
+    std::fs::read_to_string(run.join("ground_truth.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["t_start"].as_f64().unwrap(),
+                v["t_end"].as_f64().unwrap(),
+                v["onset"] == "gradual",
+            )
+        })
+        .collect()
+}
+
+/// The built-in model's skill, not only its plumbing: on a held-out lab run, it alarms
+/// before the onset of a gradual episode's RTT spike, and never in the run's calm stretches
+/// (by the lab's ground truth: a minute after an episode ended until 30 s before the next
+/// began, once every window and baseline is full). Needs no root: `probe features` and
+/// `probe eval --alarms` on the recording the repository holds.
+#[test]
+fn built_in_model_alarms_before_a_gradual_onset_and_not_when_calm() {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(SKILL_RUN);
+    let d = dir();
+    let table = d.join("features.parquet");
+    let (report, alarms) = (d.join("report"), d.join("alarms.csv"));
+    let s = |p: &Path| p.display().to_string();
+    run_ok(&[
+        "features",
+        "--horizons",
+        "5s,15s,30s",
+        "--out",
+        &s(&table),
+        "--data",
+        &s(&run.join("recording.parquet")),
+    ]);
+    run_ok(&[
+        "eval",
+        "--data",
+        &s(&table),
+        "--ground-truth",
+        &s(&run.join("ground_truth.jsonl")),
+        "--out",
+        &s(&report),
+        "--alarms",
+        &s(&alarms),
+    ]);
+    let eps = episodes(&run);
+    assert!(eps.iter().any(|e| e.2), "{SKILL_RUN} has a gradual episode");
+
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap())
+            .unwrap();
+    let csv = std::fs::read_to_string(&alarms).unwrap();
+    for model in SKILL_MODELS {
+        // Before the onset: at least one gradual onset alarmed before it began.
+        let c = results["classifiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["key"] == model)
+            .unwrap_or_else(|| panic!("the built-in model ships {model}"));
+        let gradual = &c["scorers"][0]["onsets"]["gradual"];
+        let caught =
+            gradual["caught_before"].as_f64().unwrap() * gradual["count"].as_f64().unwrap();
+        assert!(
+            caught >= 1.0,
+            "{model} alarmed before none of the gradual onsets of {SKILL_RUN}: {gradual}"
+        );
+
+        // Not when calm: no alarm in the calm stretches the ground truth gives.
+        let rows: Vec<(f64, bool)> = csv
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[4] == model).then(|| (f[3].parse().unwrap(), f[6] == "1"))
+            })
+            .collect();
+        let start = rows.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+        let calm: Vec<&(f64, bool)> = rows
+            .iter()
+            .filter(|(t, _)| {
+                *t >= start + 300.0 && eps.iter().all(|e| *t < e.0 - 30.0 || *t > e.1 + 60.0)
+            })
+            .collect();
+        let alarmed = calm.iter().filter(|r| r.1).count();
+        assert!(calm.len() >= 200, "{} calm rows", calm.len());
+        assert_eq!(
+            alarmed,
+            0,
+            "{model} alarmed on {alarmed} of {} calm rows of {SKILL_RUN}",
+            calm.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -251,7 +251,7 @@ pub fn platt(probs: &[f64], labels: &[bool]) -> Option<(f64, f64)> {
 
 /// One bin of a reliability curve: the mean predicted probability, the observed share of
 /// positives, and the rows.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Bin {
     pub predicted: f64,
     pub observed: f64,

@@ -10,10 +10,13 @@ pub mod operating;
 pub mod plots;
 mod report;
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{bail, Context as _, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     dataset::{
@@ -163,7 +166,7 @@ pub fn baseline_columns(
 }
 
 /// One scorer's figures for one (model, horizon).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Scored {
     pub name: String,
     pub threshold: f64,
@@ -193,7 +196,7 @@ pub struct Scored {
     pub curve: Vec<(f64, f64)>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Onsets {
     pub count: usize,
     pub caught_before: f64,
@@ -206,7 +209,7 @@ pub struct Onsets {
     pub missed: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClassResult {
     pub key: String,
     pub entity_kind: String,
@@ -221,7 +224,7 @@ pub struct ClassResult {
     pub does_not_beat: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RegResult {
     pub key: String,
     pub rows: usize,
@@ -235,7 +238,7 @@ pub struct RegResult {
     pub mape_ewma: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
     pub model: String,
     pub trained_on: String,
@@ -291,7 +294,15 @@ pub fn main(args: EvalArgs) -> Result<()> {
     }
     let truth = read_ground_truth(&args.ground_truth)?;
     let mut res = Results {
-        model: format!("{} ({})", bundle.manifest.name, bundle.source),
+        // The directory's name, not its path: a report is compared across machines (the
+        // built-in model's is rebuilt and checked byte for byte) and carries no local paths.
+        model: format!(
+            "{} ({})",
+            bundle.manifest.name,
+            Path::new(&bundle.source)
+                .file_name()
+                .map_or(bundle.source.clone(), |n| n.to_string_lossy().into_owned())
+        ),
         trained_on: bundle.manifest.trained_on.clone(),
         data: args.data.iter().map(|p| p.display().to_string()).collect(),
         recordings: t

@@ -84,6 +84,7 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
         100.0 * super::CONFIDENCE,
         super::BOOTSTRAP_REPS
     );
+    s.push_str(&summary(r));
     for c in &r.classifiers {
         classifier(&mut s, c, with_plots);
     }
@@ -119,6 +120,53 @@ pub fn markdown(r: &Results, with_plots: bool) -> String {
     if with_plots {
         let _ = writeln!(s, "![timeline](timeline.svg)\n");
     }
+    s
+}
+
+/// One line per model: the figures an operator decides on (docs/model.md quotes this
+/// table as it is, and a test holds it to docs/model/results.json). Gradual onsets: caught
+/// before, of how many; abrupt: caught before or within one tick.
+pub fn summary(r: &Results) -> String {
+    let mut s = String::from(
+        "## Summary\n\n\
+         | model | PR-AUC | interval | best baseline | model - best | ROC-AUC | time in alarm | false alarms/h | gradual caught before | abrupt within 1 tick | ECE |\n\
+         |---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for c in &r.classifiers {
+        let Some(m) = c.scorers.first() else { continue };
+        let best = c.scorers[1..]
+            .iter()
+            .filter(|b| b.name != super::ALWAYS)
+            .max_by(|a, b| a.pr_auc.unwrap_or(0.0).total_cmp(&b.pr_auc.unwrap_or(0.0)));
+        let onsets = |k: &str, f: fn(&super::Onsets) -> f64| {
+            m.onsets.get(k).map_or("-".into(), |o| {
+                format!("{} of {}", pct(Some(f(o))), o.count)
+            })
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |",
+            c.key,
+            num(m.pr_auc, 3),
+            ci(m.pr_auc_ci, 3),
+            best.map_or("-".into(), |b| format!("{} {}", b.name, num(b.pr_auc, 3))),
+            best.map_or("-".into(), |b| ci(b.model_minus_ci, 3)),
+            num(m.roc_auc, 3),
+            pct(m.time_in_alarm),
+            m.false_alarms_per_hour,
+            onsets("gradual", |o| o.caught_before),
+            onsets("abrupt", |o| o.caught_within_1_tick),
+            num(m.ece, 3),
+        );
+    }
+    for g in &r.regressors {
+        let _ = writeln!(
+            s,
+            "| {} (MAE) | {:.3e} | - | persistence {:.3e}, EWMA {:.3e} | - | - | - | - | - | - | - |",
+            g.key, g.mae_model, g.mae_persistence, g.mae_ewma
+        );
+    }
+    s.push('\n');
     s
 }
 
@@ -235,4 +283,25 @@ fn classifier(s: &mut String, c: &ClassResult, with_plots: bool) {
         );
     }
     let _ = writeln!(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/model.md quotes the built-in model's held-out summary as `probe eval` wrote it:
+    /// the card's figures are results.json's, not typed by hand.
+    #[test]
+    fn the_model_card_quotes_the_evaluation() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/");
+        let json = std::fs::read_to_string(format!("{root}model/results.json")).unwrap();
+        let r: Results = serde_json::from_str(&json).unwrap();
+        let card = std::fs::read_to_string(format!("{root}model.md")).unwrap();
+        let table = summary(&r);
+        let table = table.trim_start_matches("## Summary\n\n");
+        assert!(
+            card.contains(table),
+            "docs/model.md does not quote docs/model/results.json's summary; it should hold:\n{table}"
+        );
+    }
 }

@@ -62,8 +62,8 @@ pub struct TrainArgs {
     pub only: Vec<String>,
 
     /// Write every model that trains, even one the ship gate refuses (a single tree, a
-    /// test ROC-AUC below 0.6, a baseline not beaten outside the bootstrap interval); for
-    /// experiments only: the built-in model is always gated.
+    /// ROC-AUC below 0.6, a baseline not beaten outside the bootstrap interval, on the
+    /// out-of-fold or test rows); for experiments only: the built-in model is always gated.
     #[arg(long)]
     pub no_gate: bool,
 
