@@ -294,15 +294,7 @@ pub fn main(args: EvalArgs) -> Result<()> {
     }
     let truth = read_ground_truth(&args.ground_truth)?;
     let mut res = Results {
-        // The directory's name, not its path: a report is compared across machines (the
-        // built-in model's is rebuilt and checked byte for byte) and carries no local paths.
-        model: format!(
-            "{} ({})",
-            bundle.manifest.name,
-            Path::new(&bundle.source)
-                .file_name()
-                .map_or(bundle.source.clone(), |n| n.to_string_lossy().into_owned())
-        ),
+        model: model_label(&bundle),
         trained_on: bundle.manifest.trained_on.clone(),
         data: args.data.iter().map(|p| p.display().to_string()).collect(),
         recordings: t
@@ -389,6 +381,16 @@ pub fn main(args: EvalArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The model as a report names it: its name and its directory's name, not the path (a
+/// report is compared across machines: the built-in model's is rebuilt and checked byte
+/// for byte) and no local paths.
+fn model_label(bundle: &Bundle) -> String {
+    let dir = Path::new(&bundle.source)
+        .file_name()
+        .map_or(bundle.source.clone(), |n| n.to_string_lossy().into_owned());
+    format!("{} ({dir})", bundle.manifest.name)
 }
 
 /// The series a timeline plot shows: the one with the most onsets.
