@@ -72,7 +72,7 @@ pub fn sparkline(v: &[f64], width: usize) -> String {
 }
 
 /// Spike probabilities per horizon, `5s:9% 30s:62%!` (`!`: the model alarms, its
-/// threshold held for its rule's ticks: where ProbeSpikeForecast fires).
+/// threshold held for its rule's ticks).
 fn spike(p: &PeerRow) -> String {
     if p.spike.is_empty() {
         return DASH.to_string();
