@@ -57,6 +57,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub check: bool,
 
+    /// The training job this host serves, exported as `probe_host_info{training_job}` so
+    /// that the probes of one job can be selected and joined in PromQL.
+    #[arg(long, value_name = "NAME")]
+    pub training_job: Option<String>,
+
     /// Spike model directory (`probe train --out`). Default: the built-in model. SIGHUP
     /// reloads it; a bad model is refused and the previous one keeps serving.
     #[arg(long, value_name = "DIR")]
@@ -95,6 +100,8 @@ pub struct Config {
     pub model: Option<PathBuf>,
     pub rdma: RdmaSettings,
     pub bpf_log: bool,
+    /// `probe_host_info`'s training_job label.
+    pub training_job: Option<String>,
     /// The feature stage; its `tick` follows `tick`.
     pub features: FeatureConfig,
 }
@@ -220,6 +227,7 @@ impl Default for Config {
             model: None,
             rdma: RdmaSettings::default(),
             bpf_log: false,
+            training_job: None,
             features: FeatureConfig::default(),
         }
     }
@@ -237,6 +245,7 @@ struct FileConfig {
     tc_attach: Option<TcAttach>,
     top_peers: Option<usize>,
     model: Option<PathBuf>,
+    training_job: Option<String>,
     interfaces: Option<FileInterfaces>,
     maps: Option<MapSizes>,
     rdma: Option<FileRdma>,
@@ -313,6 +322,9 @@ impl Config {
         if let Some(v) = &args.model {
             c.model = Some(v.clone());
         }
+        if let Some(v) = &args.training_job {
+            c.training_job = Some(v.clone());
+        }
         c.bpf_log |= args.bpf_log;
         c.features.tick = c.tick;
         c.validate()?;
@@ -365,6 +377,9 @@ impl Config {
         if let Some(v) = f.model {
             self.model = Some(v);
         }
+        if let Some(v) = f.training_job {
+            self.training_job = Some(v);
+        }
         if let Some(i) = f.interfaces {
             self.include = i.include;
             self.exclude = i.exclude;
@@ -409,6 +424,12 @@ impl Config {
         }
         if self.top_peers == 0 {
             bail!("key `top_peers` must be at least 1");
+        }
+        if let Some(j) = &self.training_job {
+            // A label value: any UTF-8 would do, but an operator's typo should not page.
+            if j.is_empty() || j.len() > 128 || j.chars().any(char::is_control) {
+                bail!("key `training_job`: {j:?} must be 1 to 128 characters without control characters");
+            }
         }
         for (k, v) in [
             ("maps.flows", self.maps.flows),

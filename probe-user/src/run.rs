@@ -123,7 +123,13 @@ async fn serve(
         std::mem::take(&mut loaded.drop_reasons),
         cfg.flow_scan_ticks(),
     )?;
-    let mut sources = Sources::new(collector, handle.clone(), spawn_rdma(cfg), &loaded.hooks);
+    let mut sources = Sources::new(
+        collector,
+        handle.clone(),
+        spawn_rdma(cfg),
+        &loaded.hooks,
+        cfg,
+    );
     let mut pipeline = Pipeline::new(cfg, model.clone());
 
     let latest = Arc::new(RwLock::new(Arc::new(Snapshot::default())));

@@ -95,3 +95,67 @@ fn softnet_counters_follow_the_kernel_and_every_source_is_up() {
         "{sent} datagrams crossed the veth pair, processed grew by {grown}"
     );
 }
+
+/// (iface, address) pairs of the namespace as iproute2 lists them, without loopback and
+/// link-local addresses (`scope link`/`host`): the addresses another host can name as a peer.
+fn global_addresses(ns: &probe_tests::Netns) -> Vec<(String, String)> {
+    let json = ns.run(&["ip", "-j", "address", "show"]).unwrap();
+    let links: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut out = Vec::new();
+    for link in links.as_array().unwrap() {
+        for a in link["addr_info"].as_array().into_iter().flatten() {
+            if a["scope"] == "global" {
+                out.push((
+                    link["ifname"].as_str().unwrap().to_owned(),
+                    a["local"].as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `probe_host_info` and `probe_host_address_info` against the namespace's own view: the host
+/// name `hostname` prints, the job given on the command line, and exactly the global
+/// addresses `ip address` lists (IPv4 and IPv6), each on its interface.
+#[test]
+fn the_identity_source_names_the_host_and_every_address_a_peer_can_use() {
+    cmd::require_root_and(&["ip", "nsenter", "hostname"]);
+    let pair = Pair::with(
+        72,
+        probe_tests::PairOpts {
+            ipv6: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut opts = ProbeOpts::iface(&pair.veth_a).tick("500ms");
+    opts.extra = vec!["--training-job".into(), "ring-allreduce-7".into()];
+    let probe = Probe::start(&pair.a, opts);
+    probe.wait_ticks(2);
+    let m = probe.metrics();
+    let hostname = cmd::run(&mut cmd::command(&["hostname"])).unwrap();
+    let host: Vec<_> = m.select("probe_host_info", &[]).collect();
+    assert_eq!(host.len(), 1, "{}", probe.log_tail(20));
+    assert_eq!(host[0].labels["hostname"], hostname.trim());
+    assert_eq!(host[0].labels["training_job"], "ring-allreduce-7");
+    assert_eq!(host[0].value, 1.0);
+
+    let want = global_addresses(&pair.a);
+    assert!(
+        want.iter().any(|(_, a)| *a == pair.ip_a.to_string())
+            && want.iter().any(|(_, a)| a.contains(':')),
+        "the namespace has its IPv4 and IPv6 address: {want:?}"
+    );
+    let mut got: Vec<(String, String)> = m
+        .select("probe_host_address_info", &[])
+        .map(|s| (s.labels["iface"].clone(), s.labels["address"].clone()))
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "probe's addresses vs `ip -j address show`");
+    assert_eq!(
+        m.get("probe_source_up", &[("source", "identity")]).unwrap(),
+        Some(1.0)
+    );
+}

@@ -544,7 +544,7 @@ mod tests {
                 _ => name.to_string(),
             });
         }
-        for s in crate::collect::sources::all() {
+        for s in crate::collect::sources::all(&crate::config::Config::default()) {
             for m in s.metrics() {
                 exported.insert(match m.kind {
                     crate::collect::sources::Kind::Counter => format!("{}_total", m.name),

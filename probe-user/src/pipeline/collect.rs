@@ -52,6 +52,7 @@ impl Sources {
         handle: rtnetlink::Handle,
         rdma: Option<watch::Receiver<std::sync::Arc<RdmaSnapshot>>>,
         hooks: &Hooks,
+        cfg: &crate::config::Config,
     ) -> Self {
         Self {
             collector: Some(collector),
@@ -60,7 +61,7 @@ impl Sources {
             rdma,
             hooks: hook_status(hooks),
             tick: 0,
-            host: sources::all(),
+            host: sources::all(cfg),
             failing: Vec::new(),
         }
     }

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use serde::{Serialize, Serializer};
 
+use crate::config::Config;
+
 /// One source of readings.
 pub trait Source: Send {
     /// The `source` label of its health metrics.
@@ -19,11 +21,17 @@ pub trait Source: Send {
 }
 
 // The sources: a new one is a file beside this one, its `mod` line here and its line in `all`.
+mod identity;
 mod softnet;
 
+pub use identity::{addresses, is_peer_address};
+
 /// Every source, in the order they are read.
-pub fn all() -> Vec<Box<dyn Source>> {
-    vec![Box::new(softnet::Softnet::default())]
+pub fn all(cfg: &Config) -> Vec<Box<dyn Source>> {
+    vec![
+        Box::new(softnet::Softnet::default()),
+        Box::new(identity::Identity::new(cfg.training_job.as_deref())),
+    ]
 }
 
 /// What a metric is; a source declares each as a `static`.
@@ -154,7 +162,7 @@ mod tests {
 
     #[test]
     fn every_sample_names_a_metric_its_source_declares() {
-        for mut s in all() {
+        for mut s in all(&Config::default()) {
             let mut samples = Vec::new();
             s.read(&mut samples).unwrap();
             assert!(!samples.is_empty(), "{}", s.name());
