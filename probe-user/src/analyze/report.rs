@@ -114,12 +114,12 @@ impl Doc {
                     let _ = writeln!(o, "<h{n}>{}</h{n}>", esc(t), n = l + 1);
                 }
                 Block::Para(t) => {
-                    let _ = writeln!(o, "<p>{}</p>", code(&esc(t)));
+                    let _ = writeln!(o, "<p>{}</p>", inline_marks(&esc(t)));
                 }
                 Block::List(items) => {
                     o.push_str("<ul>\n");
                     for i in items {
-                        let _ = writeln!(o, "<li>{}</li>", code(&esc(i)));
+                        let _ = writeln!(o, "<li>{}</li>", inline_marks(&esc(i)));
                     }
                     o.push_str("</ul>\n");
                 }
@@ -132,7 +132,7 @@ impl Doc {
                     for r in rows {
                         o.push_str("<tr>");
                         for c in r {
-                            let _ = write!(o, "<td>{}</td>", code(&esc(c)));
+                            let _ = write!(o, "<td>{}</td>", inline_marks(&esc(c)));
                         }
                         o.push_str("</tr>\n");
                     }
@@ -150,14 +150,24 @@ impl Doc {
     }
 }
 
-/// `text` in backticks becomes <code>.
-fn code(s: &str) -> String {
+/// Markdown's inline marks in already escaped text: `text` in backticks becomes <code>, and
+/// **text** outside code becomes <strong> (an unpaired `**` stays as written).
+fn inline_marks(s: &str) -> String {
     let mut out = String::new();
     for (i, part) in s.split('`').enumerate() {
         if i % 2 == 1 {
             let _ = write!(out, "<code>{part}</code>");
         } else {
-            out.push_str(part);
+            let pieces: Vec<&str> = part.split("**").collect();
+            for (j, p) in pieces.iter().enumerate() {
+                if j % 2 == 0 {
+                    out.push_str(p);
+                } else if j + 1 < pieces.len() {
+                    let _ = write!(out, "<strong>{p}</strong>");
+                } else {
+                    let _ = write!(out, "**{p}");
+                }
+            }
         }
     }
     out
@@ -166,6 +176,23 @@ fn code(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn html_renders_bold_outside_code_and_leaves_an_unpaired_mark() {
+        let mut d = Doc::new("t");
+        d.p("the pattern is **ring**, `a**b**` and **open");
+        d.list(vec!["**no** change".into()]);
+        let h = d.html();
+        assert!(
+            h.contains(
+                "<p>the pattern is <strong>ring</strong>, <code>a**b**</code> and **open</p>"
+            ),
+            "{h}"
+        );
+        assert!(h.contains("<li><strong>no</strong> change</li>"), "{h}");
+        // The Markdown keeps its own marks.
+        assert!(d.markdown().contains("the pattern is **ring**"));
+    }
 
     #[test]
     fn html_escapes_text_and_inlines_figures_without_their_xml_declaration() {
