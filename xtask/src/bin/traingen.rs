@@ -16,6 +16,10 @@
 //!   gradients and pulls `--size` bytes of parameters per iteration; the server waits for
 //!   every push before answering any pull (synchronous SGD).
 //!
+//! `--straggle FROM:TO:FACTOR` makes this rank a compute straggler: from FROM to TO seconds
+//! after its start its compute gap is FACTOR times `--period-ms` (its peers wait on it while
+//! the network is innocent; the log's `compute_s` says what it did).
+//!
 //! The run is bounded by `--iterations` and/or `--duration`; connection setup is bounded by
 //! `--connect-timeout-s` and a fixed number of attempts; every socket has a read/write
 //! timeout. With `--duration`, a peer that closes its connection within a few seconds of
@@ -97,9 +101,54 @@ struct Args {
     /// TCP congestion control of the training connections (default: the namespace's).
     #[arg(long)]
     congestion: Option<String>,
+    /// Compute FACTOR times slower from FROM to TO seconds after the start (repeatable;
+    /// overlapping windows multiply), e.g. `60:120:3`.
+    #[arg(long, value_name = "FROM:TO:FACTOR", value_parser = parse_straggle)]
+    straggle: Vec<Straggle>,
     /// Read/write timeout of every socket, in seconds.
     #[arg(long, default_value_t = 60.0)]
     io_timeout_s: f64,
+}
+
+/// A window of slower compute (`--straggle`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Straggle {
+    from_s: f64,
+    to_s: f64,
+    factor: f64,
+}
+
+fn parse_straggle(s: &str) -> Result<Straggle, String> {
+    let parts: Vec<f64> = s
+        .split(':')
+        .map(|p| p.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("`{s}`: want FROM:TO:FACTOR, three numbers"))?;
+    let [from_s, to_s, factor] = parts[..] else {
+        return Err(format!("`{s}`: want FROM:TO:FACTOR, three numbers"));
+    };
+    if !(from_s >= 0.0 && to_s > from_s && to_s.is_finite()) {
+        return Err(format!("`{s}`: want 0 <= FROM < TO seconds"));
+    }
+    if !(factor > 0.0 && factor <= 100.0) {
+        return Err(format!("`{s}`: FACTOR must be above 0 and at most 100"));
+    }
+    Ok(Straggle {
+        from_s,
+        to_s,
+        factor,
+    })
+}
+
+/// The compute gap `elapsed_s` after the start: the period, times every straggle window's
+/// factor that covers that time.
+fn compute_at(period_ms: u64, straggle: &[Straggle], elapsed_s: f64) -> Duration {
+    let factor: f64 = straggle
+        .iter()
+        .filter(|w| w.from_s <= elapsed_s && elapsed_s < w.to_s)
+        .map(|w| w.factor)
+        .product();
+    Duration::from_millis(period_ms).mul_f64(factor)
 }
 
 /// How close to the end of a `--duration` run a closed peer counts as a finished one.
@@ -204,8 +253,13 @@ impl Job {
         Duration::from_secs_f64(self.args.io_timeout_s.max(0.1))
     }
 
+    /// This iteration's compute gap (read it once per iteration: it depends on the time).
     fn compute(&self) -> Duration {
-        Duration::from_millis(self.args.period_ms)
+        compute_at(
+            self.args.period_ms,
+            &self.args.straggle,
+            self.started.elapsed().as_secs_f64(),
+        )
     }
 
     /// Listens on this rank's address; accepted connections inherit the congestion control.
@@ -313,9 +367,10 @@ impl Job {
         let (rank, world, size) = (self.args.rank, self.args.world, self.args.size);
         if world == 1 {
             return self.iterate(|job| {
-                thread::sleep(job.compute());
+                let compute = job.compute();
+                thread::sleep(compute);
                 Ok(IterStats {
-                    compute: job.compute(),
+                    compute,
                     ..Default::default()
                 })
             });
@@ -388,8 +443,8 @@ impl Job {
             None => None,
         };
         drop(listener);
-        let half = self.compute() / 2;
         self.iterate(|job| {
+            let half = job.compute() / 2;
             let mut stats = IterStats::default();
             // Forward: activations from the previous stage, compute, on to the next.
             if let Some(p) = prev.as_mut() {
@@ -469,6 +524,89 @@ impl Job {
                     bytes_recv: size,
                 })
             })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn straggle_windows_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_straggle("60:120:3"),
+            Ok(Straggle {
+                from_s: 60.0,
+                to_s: 120.0,
+                factor: 3.0
+            })
+        );
+        for bad in [
+            "60:120",
+            "a:b:c",
+            "120:60:2",
+            "0:10:0",
+            "0:10:1000",
+            "-1:10:2",
+        ] {
+            assert!(parse_straggle(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn compute_is_slower_only_inside_the_windows() {
+        let w = [
+            parse_straggle("1:2:3").unwrap(),
+            parse_straggle("1.5:3:2").unwrap(),
+        ];
+        let at = |t| compute_at(100, &w, t).as_millis();
+        assert_eq!(
+            [at(0.5), at(1.0), at(1.6), at(2.5), at(3.0)],
+            [100, 300, 600, 200, 100]
+        );
+    }
+
+    /// A one-rank job (no network) with a straggle window over its first iterations: the log
+    /// records the slower compute, and the iterations take at least that long.
+    #[test]
+    fn a_straggling_rank_logs_and_sleeps_its_slower_compute() {
+        let log =
+            std::env::temp_dir().join(format!("traingen-straggle-{}.jsonl", std::process::id()));
+        let args = Args::try_parse_from([
+            "traingen",
+            "--rank=0",
+            "--world=1",
+            "--peers=127.0.0.1",
+            "--period-ms=20",
+            "--iterations=6",
+            "--straggle=0:0.15:4",
+            "--log",
+            log.to_str().unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(run(args).unwrap(), 6);
+        let text = std::fs::read_to_string(&log).unwrap();
+        let _ = std::fs::remove_file(&log);
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let compute: Vec<f64> = rows
+            .iter()
+            .map(|r| r["compute_s"].as_f64().unwrap())
+            .collect();
+        // 80 ms while inside the first 0.15 s, 20 ms after: the first iteration starts inside,
+        // the last after at least 0.16 s; which one crosses depends on the machine's timing.
+        assert_eq!(compute[0], 0.08, "{text}");
+        assert_eq!(compute[5], 0.02, "{text}");
+        assert!(
+            compute.windows(2).all(|w| w[0] >= w[1])
+                && compute.iter().all(|c| [0.08, 0.02].contains(c)),
+            "{text}"
+        );
+        for r in &rows {
+            assert!(r["duration_s"].as_f64().unwrap() >= r["compute_s"].as_f64().unwrap());
         }
     }
 }
