@@ -23,6 +23,8 @@ enum Level {
 
 struct Report {
     lines: Vec<(Level, &'static str, String)>,
+    /// `--cgroup`: what sock_ops would attach to instead of the root.
+    scope: Option<std::path::PathBuf>,
 }
 
 impl Report {
@@ -44,10 +46,13 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> {
-    let mut r = Report { lines: Vec::new() };
+    let mut r = Report {
+        lines: Vec::new(),
+        scope: cfg.cgroup.clone(),
+    };
     settings(&mut r, cfg, web, model);
-    let sys_admin = host(&mut r);
-    let tracepoints = tracepoints(&mut r, sys_admin);
+    let sys_admin = host(&mut r, cfg);
+    let tracepoints = tracepoints(&mut r, sys_admin, cfg.cgroup.is_some());
     let (mode, selected) = attachment(&mut r, cfg);
     r.print(&selected, mode, &tracepoints)
 }
@@ -108,7 +113,7 @@ fn settings(r: &mut Report, cfg: &Config, web: &WebConfig, model: Option<&Bound>
 }
 
 /// Privileges, kernel, BTF and cgroup v2; whether probe has CAP_SYS_ADMIN.
-fn host(r: &mut Report) -> bool {
+fn host(r: &mut Report, cfg: &Config) -> bool {
     let sys_admin = privilege::has_sys_admin();
     match privilege::check() {
         Ok(()) if sys_admin => r.add(Level::Ok, "privileges", "CAP_SYS_ADMIN (all of them)"),
@@ -143,12 +148,19 @@ fn host(r: &mut Report) -> bool {
             "no /sys/kernel/btf/vmlinux: the eBPF object needs a kernel built with CONFIG_DEBUG_INFO_BTF",
         );
     }
-    match cgroup::cgroup2_mount() {
+    match cgroup::sock_ops_cgroup(cfg.cgroup.as_deref()) {
+        Ok(p) if cfg.cgroup.is_some() => r.add(
+            Level::Ok,
+            "cgroup v2",
+            format!("{} (scoped: sock_ops attaches to this cgroup)", p.display()),
+        ),
         Ok(p) => r.add(
             Level::Ok,
             "cgroup v2",
             format!("{} (sock_ops attaches to its root)", p.display()),
         ),
+        // A scope that does not exist is a typo: probe run refuses it.
+        Err(e) if cfg.cgroup.is_some() => r.add(Level::Fail, "cgroup v2", format!("{e:#}")),
         Err(e) => r.add(
             Level::Warn,
             "cgroup v2",
@@ -159,7 +171,7 @@ fn host(r: &mut Report) -> bool {
 }
 
 /// tracefs, without mounting it, and the tracepoints whose formats it has.
-fn tracepoints(r: &mut Report, sys_admin: bool) -> Vec<String> {
+fn tracepoints(r: &mut Report, sys_admin: bool, scoped: bool) -> Vec<String> {
     let root = tracefs::mounted();
     match &root {
         Some(p) => r.add(Level::Ok, "tracefs", p.display().to_string()),
@@ -180,7 +192,7 @@ fn tracepoints(r: &mut Report, sys_admin: bool) -> Vec<String> {
         ),
     }
     let mut tracepoints = Vec::new();
-    for tp in &TRACEPOINTS {
+    for tp in TRACEPOINTS.iter().filter(|tp| !(scoped && tp.host_wide)) {
         let Some(root) = &root else { continue };
         match tracefs::EventFormat::read(root, tp.category, tp.event) {
             Ok(_) => tracepoints.push(format!("{}:{}", tp.category, tp.event)),
@@ -257,7 +269,13 @@ impl Report {
                 ));
             }
         }
-        attach.push("sock_ops on the cgroup v2 root".into());
+        attach.push(match &self.scope {
+            Some(dir) => format!(
+                "sock_ops on cgroup {} (scoped: no host-wide tracepoints)",
+                dir.display()
+            ),
+            None => "sock_ops on the cgroup v2 root".into(),
+        });
         if !tracepoints.is_empty() {
             attach.push(format!("tracepoints {}", tracepoints.join(", ")));
         }

@@ -57,6 +57,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub check: bool,
 
+    /// Watch one cgroup v2 directory's sockets (a container's or a pod's) instead of the
+    /// whole host: sock_ops attaches there, and the host-wide tracepoints (retransmits of
+    /// every socket, drops by reason) are left out. Run probe in the container's network
+    /// namespace too; docs/operations.md.
+    #[arg(long, value_name = "DIR")]
+    pub cgroup: Option<PathBuf>,
+
     /// The training job this host serves, exported as `probe_host_info{training_job}` so
     /// that the probes of one job can be selected and joined in PromQL.
     #[arg(long, value_name = "NAME")]
@@ -102,6 +109,8 @@ pub struct Config {
     pub bpf_log: bool,
     /// `probe_host_info`'s training_job label.
     pub training_job: Option<String>,
+    /// Scope: the cgroup whose sockets sock_ops watches (None: the whole host).
+    pub cgroup: Option<PathBuf>,
     /// The feature stage; its `tick` follows `tick`.
     pub features: FeatureConfig,
 }
@@ -228,6 +237,7 @@ impl Default for Config {
             rdma: RdmaSettings::default(),
             bpf_log: false,
             training_job: None,
+            cgroup: None,
             features: FeatureConfig::default(),
         }
     }
@@ -246,6 +256,7 @@ struct FileConfig {
     top_peers: Option<usize>,
     model: Option<PathBuf>,
     training_job: Option<String>,
+    cgroup: Option<PathBuf>,
     interfaces: Option<FileInterfaces>,
     maps: Option<MapSizes>,
     rdma: Option<FileRdma>,
@@ -325,6 +336,9 @@ impl Config {
         if let Some(v) = &args.training_job {
             c.training_job = Some(v.clone());
         }
+        if let Some(v) = &args.cgroup {
+            c.cgroup = Some(v.clone());
+        }
         c.bpf_log |= args.bpf_log;
         c.features.tick = c.tick;
         c.validate()?;
@@ -379,6 +393,9 @@ impl Config {
         }
         if let Some(v) = f.training_job {
             self.training_job = Some(v);
+        }
+        if let Some(v) = f.cgroup {
+            self.cgroup = Some(v);
         }
         if let Some(i) = f.interfaces {
             self.include = i.include;

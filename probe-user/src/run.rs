@@ -80,6 +80,10 @@ async fn daemon(cfg: Config, web: WebConfig, model: Slot) -> Result<()> {
         );
     }
 
+    // A scope that is not a cgroup is a typo, not a host without sock_ops: refuse it.
+    if let Some(dir) = &cfg.cgroup {
+        crate::host::cgroup::sock_ops_cgroup(Some(dir))?;
+    }
     let mut loaded = Loaded::load(&cfg)?;
     let mut tc = TcAttacher::new(&mut loaded.ebpf, cfg.tc_attach)?;
     if cfg.bpf_log {

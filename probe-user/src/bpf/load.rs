@@ -1,7 +1,7 @@
 //! Loads the object with its globals patched, and attaches the host-wide hooks (sock_ops on
 //! the cgroup v2 root, the retransmit tracepoint). Each hook that cannot attach is reported
 //! by name and left out; the TC data plane is the only hook probe cannot run without.
-use std::{collections::HashMap, fs::File, os::fd::OwnedFd};
+use std::{collections::HashMap, fs::File, os::fd::OwnedFd, path::Path};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
@@ -28,6 +28,9 @@ const STORES_ARE_ORDERED: u32 = cfg!(target_arch = "x86_64") as u32;
 /// Which host-wide hooks are attached. Exported as probe_hook_attached{hook}.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
+    /// Scoped to a cgroup (`--cgroup`): the host-wide tracepoints are left out on purpose,
+    /// so they are not reported as missing.
+    pub scoped: bool,
     pub sock_ops: bool,
     pub tcp_retransmit: bool,
     pub kfree_skb: bool,
@@ -58,7 +61,7 @@ impl Loaded {
     pub fn load(cfg: &Config) -> Result<Self> {
         let tp = TracepointOffsets::read();
         let mut ebpf = load_object(cfg, &tp)?;
-        let mut hooks = attach(&mut ebpf, tp.results);
+        let mut hooks = attach(&mut ebpf, tp.results, cfg.cgroup.as_deref());
         let stats = enable_stats(&mut hooks);
         Ok(Self {
             ebpf,
@@ -159,23 +162,40 @@ fn load_object(cfg: &Config, tp: &TracepointOffsets) -> Result<Ebpf> {
     Ok(ebpf)
 }
 
-/// Attaches sock_ops and the tracepoints whose offsets were read; a hook the kernel refuses
-/// is logged and left out.
-fn attach(ebpf: &mut Ebpf, tracepoints: [Result<Vec<(&'static str, u32)>>; 3]) -> Hooks {
-    let mut hooks = Hooks::default();
-    match attach_sock_ops(ebpf) {
+/// Attaches sock_ops (to `scope`, else the cgroup v2 root) and the tracepoints whose offsets
+/// were read; a hook the kernel refuses is logged and left out. A scoped probe leaves out the
+/// tracepoints that see every socket and packet of the host.
+fn attach(
+    ebpf: &mut Ebpf,
+    tracepoints: [Result<Vec<(&'static str, u32)>>; 3],
+    scope: Option<&Path>,
+) -> Hooks {
+    let mut hooks = Hooks {
+        scoped: scope.is_some(),
+        ..Hooks::default()
+    };
+    match attach_sock_ops(ebpf, scope) {
         Ok(path) => {
             hooks.sock_ops = true;
-            tracing::info!("sock_ops attached to cgroup v2 root {}", path);
+            tracing::info!("sock_ops attached to cgroup {}", path);
         }
         Err(e) => tracing::warn!(
             "per-connection RTT is off: sock_ops could not attach: {e:#}; flow accounting and retransmits still work"
         ),
     }
+    if let Some(dir) = scope {
+        tracing::info!(
+            "scoped to cgroup {}: the host-wide tracepoints tcp:tcp_retransmit_skb and skb:kfree_skb are left out (retransmits come from sock_ops for the cgroup's sockets; drops by reason are not scoped)",
+            dir.display()
+        );
+    }
     let attached: Vec<bool> = tracepoints
         .into_iter()
         .zip(&TRACEPOINTS)
         .map(|(offsets, tp)| {
+            if scope.is_some() && tp.host_wide {
+                return false;
+            }
             match offsets.and_then(|_| attach_tracepoint(ebpf, tp.program, tp.category, tp.event)) {
                 Ok(()) => true,
                 Err(e) => {
@@ -274,6 +294,9 @@ pub struct Tracepoint {
     pub event: &'static str,
     pub program: &'static str,
     pub lost: &'static str,
+    /// Sees every socket or packet of the host, whatever probe watches: left out when
+    /// scoped to a cgroup.
+    pub host_wide: bool,
 }
 
 /// In the order the loader reads their offsets; `probe run --check` lists the same.
@@ -283,23 +306,27 @@ pub const TRACEPOINTS: [Tracepoint; 3] = [
         event: "tcp_retransmit_skb",
         program: names::TCP_RETRANSMIT,
         lost: "retransmits of sockets opened before probe started are not counted",
+        host_wide: true,
     },
     Tracepoint {
         category: "skb",
         event: "kfree_skb",
         program: names::KFREE_SKB,
         lost: "drops by reason are off",
+        host_wide: true,
     },
     Tracepoint {
         category: "qdisc",
         event: "qdisc_dequeue",
         program: names::QDISC_DEQUEUE,
         lost: "qdisc sojourn time is off (backlog from netlink still works)",
+        // Times only packets TC egress saw on the monitored interfaces.
+        host_wide: false,
     },
 ];
 
-fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<String> {
-    let root = cgroup::cgroup2_mount()?;
+fn attach_sock_ops(ebpf: &mut Ebpf, scope: Option<&Path>) -> Result<String> {
+    let root = cgroup::sock_ops_cgroup(scope)?;
     let cg = File::open(&root).with_context(|| format!("opening {}", root.display()))?;
     let prog: &mut SockOps = ebpf
         .program_mut(names::SOCK_OPS)

@@ -1,8 +1,46 @@
-//! Finds the cgroup v2 mount: sock_ops attaches to its root. Hosts mount it at
-//! /sys/fs/cgroup (unified) or /sys/fs/cgroup/unified (hybrid), so read the mount table.
-use std::path::PathBuf;
+//! Finds the cgroup sock_ops attaches to: the cgroup v2 mount's root, or the cgroup a
+//! scoped probe was given (`--cgroup`). Hosts mount cgroup v2 at /sys/fs/cgroup (unified) or
+//! /sys/fs/cgroup/unified (hybrid), so read the mount table.
+use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
+
+/// statfs(2)'s f_type of a cgroup v2 file system.
+const CGROUP2_SUPER_MAGIC: libc::c_long = 0x6367_7270;
+
+/// Where sock_ops attaches: `scope` when given (checked to be a cgroup v2 directory), else
+/// the root of the cgroup v2 mount.
+pub fn sock_ops_cgroup(scope: Option<&Path>) -> Result<PathBuf> {
+    let Some(dir) = scope else {
+        return cgroup2_mount();
+    };
+    if !dir.join("cgroup.procs").is_file() {
+        bail!(
+            "--cgroup {}: not a cgroup directory (no cgroup.procs in it)",
+            dir.display()
+        );
+    }
+    if !is_cgroup2(dir) {
+        bail!(
+            "--cgroup {}: not on a cgroup v2 file system (sock_ops needs cgroup v2)",
+            dir.display()
+        );
+    }
+    Ok(dir.to_path_buf())
+}
+
+fn is_cgroup2(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a zeroed statfs is valid; statfs writes it for a NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs
+    let magic = st.f_type as libc::c_long;
+    rc == 0 && magic == CGROUP2_SUPER_MAGIC
+}
 
 pub fn cgroup2_mount() -> Result<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mounts")?;
@@ -30,6 +68,20 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scope_must_be_a_cgroup_v2_directory() {
+        let e = sock_ops_cgroup(Some(Path::new("/proc"))).unwrap_err();
+        assert!(e.to_string().contains("not a cgroup directory"), "{e}");
+        assert_eq!(
+            sock_ops_cgroup(None).ok(),
+            cgroup2_mount().ok(),
+            "without a scope: the mount's root"
+        );
+        if let Ok(root) = cgroup2_mount() {
+            assert_eq!(sock_ops_cgroup(Some(&root)).unwrap(), root);
+        }
+    }
 
     #[test]
     fn hybrid_and_unified() {

@@ -185,16 +185,19 @@ impl Sources {
     }
 }
 
+/// The hooks to report; a scoped probe leaves the host-wide tracepoints out on purpose, so
+/// they have no series (not a 0 that ProbeHookMissing would page on).
 fn hook_status(h: &Hooks) -> Vec<HookStatus> {
     [
-        ("tc", true),
-        ("sock_ops", h.sock_ops),
-        ("tcp_retransmit_skb", h.tcp_retransmit),
-        ("kfree_skb", h.kfree_skb),
-        ("qdisc_sojourn", h.qdisc),
-        ("bpf_stats", h.bpf_stats),
+        ("tc", true, true),
+        ("sock_ops", h.sock_ops, true),
+        ("tcp_retransmit_skb", h.tcp_retransmit, !h.scoped),
+        ("kfree_skb", h.kfree_skb, !h.scoped),
+        ("qdisc_sojourn", h.qdisc, true),
+        ("bpf_stats", h.bpf_stats, true),
     ]
     .into_iter()
-    .map(|(hook, attached)| HookStatus { hook, attached })
+    .filter(|&(_, _, wanted)| wanted)
+    .map(|(hook, attached, _)| HookStatus { hook, attached })
     .collect()
 }
