@@ -138,6 +138,12 @@ pub struct LabArgs {
     /// DIR/recording.parquet; every other output goes to DIR too (instead of --out).
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub record: Option<PathBuf>,
+    /// With --record: one probe per rank, as one per host of a training job: each in its
+    /// rank's namespace, scoped to the rank's own cgroup (`probe run --cgroup`, the rank's
+    /// traingen runs in it) and labelled with the job (`--training-job lab-seed<SEED>`). Rank
+    /// i records into DIR/rank<i>/ (rank 0 into DIR, as with one probe).
+    #[arg(long, requires = "record")]
+    pub probe_per_rank: bool,
     /// The probe binary for --record and --corpus (default: build it, in the profile of
     /// traingen).
     #[arg(long, value_name = "FILE")]
@@ -430,6 +436,11 @@ struct Meta<'a> {
     /// The probe binary recording rank 0 (--record), and where its recording goes.
     probe: Option<&'a Path>,
     recording: Option<&'static str>,
+    /// Every rank's recording with --probe-per-rank (rank 0's alone otherwise).
+    recordings: Vec<String>,
+    /// The probes' `--training-job` with --probe-per-rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    training_job: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -512,11 +523,23 @@ fn drive(
         out.display()
     );
 
-    // The probe first: sock_ops tracks connections established after it attached.
-    let mut recorder = match probe {
-        Some(p) => Some(record::start(lab, p, out)?),
-        None => None,
-    };
+    // The probes first: sock_ops tracks connections established after it attached.
+    let job = format!("lab-seed{}", args.seed);
+    if args.probe_per_rank {
+        lab.make_rank_cgroups()?;
+    }
+    let mut recorders = Vec::new();
+    if let Some(p) = probe {
+        for i in 0..if args.probe_per_rank { n } else { 1 } {
+            let cgroup = lab.rank_cgroup(i);
+            let scope = record::Scope {
+                rank: i,
+                cgroup: cgroup.as_deref(),
+                training_job: args.probe_per_rank.then_some(job.as_str()),
+            };
+            recorders.push(record::start(lab, p, out, &scope)?);
+        }
+    }
 
     // Start the ranks.
     let peers = (0..n)
@@ -529,7 +552,19 @@ fn drive(
     for i in 0..n {
         let log = out.join(format!("rank{i}.jsonl"));
         let err = out.join(format!("rank{i}.stderr"));
-        let mut c = Command::new("ip");
+        // In its rank's cgroup, if the lab made them: the shell moves itself in, then
+        // execs (same pid), so every socket of the rank is created inside it.
+        let mut c = match lab.rank_cgroup(i) {
+            Some(cg) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg("echo $$ > \"$0\" && exec \"$@\"")
+                    .arg(cg.join("cgroup.procs"))
+                    .arg("ip");
+                c
+            }
+            None => Command::new("ip"),
+        };
         c.args(["netns", "exec", &lab.rank_ns(i)])
             .arg(traingen)
             .args(["--rank", &i.to_string(), "--world", &n.to_string()])
@@ -580,6 +615,15 @@ fn drive(
         traingen,
         probe,
         recording: probe.map(|_| record::RECORDING),
+        recordings: recorders
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                let dir = record::rank_dir(Path::new(""), i);
+                dir.join(record::RECORDING).to_string_lossy().into_owned()
+            })
+            .collect(),
+        training_job: args.probe_per_rank.then_some(job.as_str()),
     };
     fs::write(out.join("lab.json"), serde_json::to_vec_pretty(&meta)?)?;
 
@@ -612,7 +656,7 @@ fn drive(
                 }
             }
         }
-        if let Some(r) = &recorder {
+        for r in &recorders {
             if let Err(e) = r.check(lab) {
                 failure = Some(e);
             }
@@ -650,10 +694,10 @@ fn drive(
         lab.wait(p, Duration::from_millis(200));
     }
     // The recorder finishes its file, the probe detaches; both must exit 0.
-    let mut recorded = None;
-    if let Some(r) = recorder.take() {
+    let mut recorded = Vec::new();
+    for (i, r) in recorders.into_iter().enumerate() {
         match r.stop(lab) {
-            Ok(line) => recorded = Some(line),
+            Ok(line) => recorded.push((i, line)),
             Err(e) if failure.is_none() => failure = Some(e),
             Err(e) => eprintln!("lab: {e:#}"),
         }
@@ -714,14 +758,14 @@ fn drive(
     );
     println!("traffic on {}: {}", topo::RANK_DEV, traffic.join(", "));
     print!("{}", summary::render(&s));
-    if let Some(line) = &recorded {
-        println!("probe on rank 0: {}", line.trim_start_matches("record: "));
+    for (i, line) in &recorded {
+        println!("probe on rank {i}: {}", line.trim_start_matches("record: "));
     }
     println!("output: {}", out.display());
     let report = serde_json::json!({
         "summary": s,
         "counters": counters,
-        "recording": recorded.as_ref().map(|_| record::RECORDING),
+        "recording": recorded.iter().any(|(i, _)| *i == 0).then_some(record::RECORDING),
         "failure": failure.as_ref().map(|e| format!("{e:#}")),
     });
     fs::write(
@@ -904,6 +948,7 @@ mod run_tests {
             out: Some(out.clone()),
             record: None,
             probe: None,
+            probe_per_rank: false,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 15,

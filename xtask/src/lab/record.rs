@@ -1,11 +1,13 @@
-//! `--record DIR`: the probe daemon attached to rank 0's interface and `probe record` writing
-//! what it serves, next to the ground truth, on the same clock.
+//! `--record DIR`: the probe daemon attached to rank 0's interface (or, with
+//! `--probe-per-rank`, one per rank, each scoped to its rank's cgroup) and `probe record`
+//! writing what it serves, next to the ground truth, on the same clock.
 //!
 //! Both run inside rank 0's namespace through `nsenter --net=...` (not `ip netns exec`, which
 //! remounts /sys and hides the cgroup2 mount that sock_ops attaches to). nsenter execs the
-//! program, so the pid the lab holds is the probe's own and signals reach it. sock_ops and
-//! the retransmit tracepoint see every socket of the host, so the recording has RTT rows for
-//! every rank's address; TC counts only rank 0's `eth0`.
+//! program, so the pid the lab holds is the probe's own and signals reach it. Unscoped,
+//! sock_ops and the retransmit tracepoint see every socket of the host, so the recording has
+//! RTT rows for every rank's address; TC counts only rank 0's `eth0`. Scoped, each probe's
+//! sock_ops sees only its rank's sockets, as on a host of its own.
 use super::cmd;
 use super::topo::{Lab, ProcId, RANK_DEV};
 use anyhow::{bail, Context, Result};
@@ -65,26 +67,57 @@ pub fn last_line(path: &Path) -> String {
         .to_string()
 }
 
-/// Starts `probe run` on rank 0's interface, waits until it is healthy, then starts
-/// `probe record` writing `out/recording.parquet`.
-pub fn start(lab: &mut Lab, probe: &Path, out: &Path) -> Result<Recorder> {
-    let ns = lab.rank_ns(0);
-    let probe_log = out.join(PROBE_LOG);
-    let record_log = out.join(RECORD_LOG);
-    let c = nsenter(
-        &ns,
-        probe,
-        &["run", "--interface", RANK_DEV, "--listen", LISTEN],
-        &probe_log,
-    )?;
-    let probe_id = lab.spawn("probe run (rank 0)", c)?;
+/// Which rank a probe watches, and whether it is scoped to that rank's cgroup (one probe per
+/// rank, `--probe-per-rank`) or sees the whole host (one probe on rank 0).
+pub struct Scope<'a> {
+    pub rank: usize,
+    pub cgroup: Option<&'a Path>,
+    pub training_job: Option<&'a str>,
+}
+
+/// Where rank `i`'s probe writes: the output directory itself for rank 0 (as with one
+/// probe), `rank<i>/` in it for the others.
+pub fn rank_dir(out: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        out.to_path_buf()
+    } else {
+        out.join(format!("rank{i}"))
+    }
+}
+
+/// Starts `probe run` on the rank's interface, waits until it is healthy, then starts
+/// `probe record` writing `recording.parquet` in its `rank_dir`.
+pub fn start(lab: &mut Lab, probe: &Path, out: &Path, scope: &Scope) -> Result<Recorder> {
+    let i = scope.rank;
+    let ns = lab.rank_ns(i);
+    let dir = rank_dir(out, i);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let probe_log = dir.join(PROBE_LOG);
+    let record_log = dir.join(RECORD_LOG);
+    let mut args: Vec<String> = ["run", "--interface", RANK_DEV, "--listen", LISTEN]
+        .map(String::from)
+        .to_vec();
+    if let Some(cg) = scope.cgroup {
+        args.extend(["--cgroup".into(), cg.to_string_lossy().into_owned()]);
+    }
+    if let Some(job) = scope.training_job {
+        args.extend(["--training-job".into(), job.to_owned()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = nsenter(&ns, probe, &args, &probe_log)?;
+    let probe_id = lab.spawn(&format!("probe run (rank {i})"), c)?;
     let started = Instant::now();
     wait_healthy(lab, probe_id, &ns, &probe_log)?;
     eprintln!(
-        "lab: probe attached to rank 0's {RANK_DEV} in {:.1} s",
+        "lab: probe attached to rank {i}'s {RANK_DEV}{} in {:.1} s",
+        if scope.cgroup.is_some() {
+            " (scoped to its cgroup)"
+        } else {
+            ""
+        },
         started.elapsed().as_secs_f64()
     );
-    let file = out.join(RECORDING);
+    let file = dir.join(RECORDING);
     let file = file.to_string_lossy();
     let url = format!("http://{LISTEN}");
     let c = nsenter(
@@ -102,7 +135,7 @@ pub fn start(lab: &mut Lab, probe: &Path, out: &Path) -> Result<Recorder> {
         ],
         &record_log,
     )?;
-    let record = lab.spawn("probe record", c)?;
+    let record = lab.spawn(&format!("probe record (rank {i})"), c)?;
     Ok(Recorder {
         probe: probe_id,
         record,
@@ -257,6 +290,7 @@ pub(super) mod tests {
             out: None,
             record: Some(dir.to_path_buf()),
             probe: std::env::var_os("PROBE_BIN").map(std::path::PathBuf::from),
+            probe_per_rank: false,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 1,
@@ -382,6 +416,7 @@ pub(super) mod tests {
             out: None,
             record: Some(dir.clone()),
             probe,
+            probe_per_rank: false,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 15,
@@ -504,6 +539,63 @@ pub(super) mod tests {
             m_ep > 1.5 * m_calm,
             "srtt of {next} during the episode ({m_ep}) is not clearly above calm ({m_calm})"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One probe per rank (`--probe-per-rank`): each rank's probe, scoped to the rank's
+    /// cgroup, sees exactly that rank's ring connections (one to the next rank, one from the
+    /// previous, as traingen makes them) and no other rank's, though all share one kernel;
+    /// the lab leaves no cgroup and no namespace behind.
+    #[test]
+    fn every_rank_records_its_own_connections_and_no_other() {
+        if !crate::build::is_root() {
+            eprintln!("skipped every_rank_records_its_own_connections_and_no_other: it needs root");
+            return;
+        }
+        const N: usize = 4;
+        let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("lab-per-rank-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let result = run(LabArgs {
+            probe_per_rank: true,
+            ..recorded_args(&dir, Pattern::Ring, N as u16, 200, 12.0)
+        });
+        let prefix = format!("lab{}", std::process::id());
+        let left = topo::list_namespaces().unwrap();
+        assert!(
+            !left.iter().any(|n| n.starts_with(&prefix)),
+            "left: {left:?}"
+        );
+        let cgroup = topo::cgroup2_mount().unwrap().join(&prefix);
+        assert!(!cgroup.exists(), "{} is left", cgroup.display());
+        result.expect("the lab runs with --probe-per-rank");
+
+        let lab: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("lab.json")).unwrap()).unwrap();
+        assert_eq!(lab["training_job"], "lab-seed1");
+        let addr = |r: usize| topo::rank_addr(r).to_string();
+        for r in 0..N {
+            let file = rank_dir(&dir, r).join(RECORDING);
+            assert_eq!(
+                lab["recordings"][r].as_str().map(|f| dir.join(f)),
+                Some(file.clone())
+            );
+            let (_, rows) = read_recording(&file);
+            let mut seen = std::collections::BTreeMap::<String, f64>::new();
+            for row in rows.iter().filter(|row| row.kind == "peer") {
+                if let Some(&c) = row.num.get("connections").filter(|c| **c > 0.0) {
+                    let m = seen.entry(row.entity.clone()).or_default();
+                    *m = m.max(c);
+                }
+            }
+            let (next, prev) = ((r + 1) % N, (r + N - 1) % N);
+            let want: std::collections::BTreeMap<String, f64> =
+                [(addr(next), 1.0), (addr(prev), 1.0)].into_iter().collect();
+            assert_eq!(
+                seen, want,
+                "rank {r}: peers with open connections, and how many"
+            );
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -4,6 +4,7 @@
 use super::cmd;
 use anyhow::{bail, Context, Result};
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -71,6 +72,9 @@ pub struct Lab {
     /// Namespaces this lab created, in creation order.
     namespaces: Vec<String>,
     procs: Vec<Proc>,
+    /// cgroup v2 directories this lab created (`lab<pid>`, then one per rank), when each
+    /// rank is a host of its own (`--probe-per-rank`).
+    cgroups: Vec<PathBuf>,
     torn_down: bool,
 }
 
@@ -82,6 +86,7 @@ impl Lab {
             ranks,
             namespaces: Vec::new(),
             procs: Vec::new(),
+            cgroups: Vec::new(),
             torn_down: false,
         }
     }
@@ -92,6 +97,27 @@ impl Lab {
 
     pub fn rank_ns(&self, i: usize) -> String {
         format!("{}-r{i}", self.prefix)
+    }
+
+    /// A cgroup per rank, `<cgroup v2 mount>/lab<pid>/r<i>`, so that each rank's probe can
+    /// watch that rank's sockets only (`probe run --cgroup`), as on a host of its own.
+    pub fn make_rank_cgroups(&mut self) -> Result<()> {
+        let root = cgroup2_mount()?.join(&self.prefix);
+        std::fs::create_dir(&root)
+            .with_context(|| format!("creating cgroup {}", root.display()))?;
+        self.cgroups.push(root.clone());
+        for i in 0..self.ranks {
+            let dir = root.join(format!("r{i}"));
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("creating cgroup {}", dir.display()))?;
+            self.cgroups.push(dir);
+        }
+        Ok(())
+    }
+
+    /// Rank `i`'s cgroup, if the lab made them.
+    pub fn rank_cgroup(&self, i: usize) -> Option<PathBuf> {
+        (!self.cgroups.is_empty()).then(|| self.cgroups[0].join(format!("r{i}")))
     }
 
     fn add_ns(&mut self, name: String) -> Result<()> {
@@ -223,7 +249,9 @@ impl Lab {
     /// with them). Returns the problems met; safe to call twice.
     pub fn teardown(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.torn_down || (self.namespaces.is_empty() && self.procs.is_empty()) {
+        if self.torn_down
+            || (self.namespaces.is_empty() && self.procs.is_empty() && self.cgroups.is_empty())
+        {
             return problems;
         }
         self.torn_down = true;
@@ -258,6 +286,19 @@ impl Lab {
                     cmd::signal(pid, libc::SIGKILL);
                     problems.push(format!("killed stray pid {pid} in {ns}"));
                 }
+            }
+        }
+        // 2b. Our cgroups: kill what is left in them (cgroup.kill, kernels >= 5.14), then
+        // remove them, ranks first.
+        for dir in self.cgroups.iter().rev() {
+            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            let until = Instant::now() + TERM_GRACE;
+            while std::fs::remove_dir(dir).is_err() {
+                if Instant::now() >= until {
+                    problems.push(format!("cgroup {} is still there", dir.display()));
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
             }
         }
         // 3. The namespaces, ranks first, then the switch.
@@ -376,7 +417,37 @@ pub fn clean_stale() -> Result<usize> {
     if list_namespaces()?.iter().any(|n| stale.contains(n)) {
         bail!("some stale namespaces could not be removed");
     }
-    Ok(stale.len())
+    Ok(stale.len() + clean_stale_cgroups())
+}
+
+/// Removes the rank cgroups (`lab<pid>/r<i>`) of labs that are gone; how many labs' were.
+fn clean_stale_cgroups() -> usize {
+    let Ok(root) = cgroup2_mount() else { return 0 };
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("lab").and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if cmd::pid_alive(pid) {
+            continue;
+        }
+        let dir = e.path();
+        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+        if let Ok(ranks) = std::fs::read_dir(&dir) {
+            for r in ranks.flatten().filter(|r| r.path().is_dir()) {
+                let _ = std::fs::remove_dir(r.path());
+            }
+        }
+        if std::fs::remove_dir(&dir).is_ok() {
+            eprintln!("removed stale cgroup {}", dir.display());
+            removed += 1;
+        }
+    }
+    removed
 }
 
 #[cfg(test)]
@@ -412,4 +483,16 @@ mod tests {
         assert_eq!(tbf_burst_bytes(10), 128 * 1024);
         assert_eq!(tbf_burst_bytes(125), 128 * 1024);
     }
+}
+
+/// The cgroup v2 mount (unified /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
+pub fn cgroup2_mount() -> Result<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .context("no cgroup v2 mount (needed for --probe-per-rank)")
 }
