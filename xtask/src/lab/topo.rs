@@ -450,6 +450,18 @@ fn clean_stale_cgroups() -> usize {
     removed
 }
 
+/// The cgroup v2 mount (unified /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
+pub fn cgroup2_mount() -> Result<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .context("no cgroup v2 mount (needed for --probe-per-rank)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,16 +495,4 @@ mod tests {
         assert_eq!(tbf_burst_bytes(10), 128 * 1024);
         assert_eq!(tbf_burst_bytes(125), 128 * 1024);
     }
-}
-
-/// The cgroup v2 mount (unified /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
-pub fn cgroup2_mount() -> Result<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
-    mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-        })
-        .context("no cgroup v2 mount (needed for --probe-per-rank)")
 }
