@@ -34,7 +34,38 @@ fn main() -> anyhow::Result<()> {
         }],
         aya_build::Toolchain::Custom(EBPF_TOOLCHAIN),
     )
-    .with_context(|| format!("building the eBPF programs failed (run `cargo xtask setup` to install {EBPF_TOOLCHAIN} with rust-src and bpf-linker)"))
+    .with_context(|| format!("building the eBPF programs failed (run `cargo xtask setup` to install {EBPF_TOOLCHAIN} with rust-src and bpf-linker)"))?;
+    strip_dwarf(&std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("probe"))
+}
+
+/// LLVM's objcopy: the one of the LLVM bpf-linker is built against (`cargo xtask setup`),
+/// else whichever is on PATH.
+const LLVM_OBJCOPY: [&str; 2] = ["/usr/lib/llvm-22/bin/llvm-objcopy", "llvm-objcopy"];
+
+/// The eBPF object without its DWARF (`.debug_*` sections): bpf-linker makes the BTF from it,
+/// and the kernel and aya read only the BTF (`.BTF`, `.BTF.ext`: kept, with the symbols). It
+/// was 80% of the object embedded in every probe binary (955 KB, 192 KB without), which the
+/// static binary's 15 MB bound (`cargo xtask dist`) feels. Without an llvm-objcopy the object
+/// stays as it is, with a warning.
+fn strip_dwarf(object: &std::path::Path) -> anyhow::Result<()> {
+    for objcopy in LLVM_OBJCOPY {
+        match std::process::Command::new(objcopy)
+            .arg("--strip-debug")
+            .arg(object)
+            .status()
+        {
+            Ok(s) if s.success() => return Ok(()),
+            Ok(s) => anyhow::bail!(
+                "`{objcopy} --strip-debug {}` failed ({s})",
+                object.display()
+            ),
+            Err(_) => continue,
+        }
+    }
+    println!(
+        "cargo:warning=no llvm-objcopy (apt package llvm-22; `cargo xtask setup`): the embedded eBPF object keeps its DWARF, 0.75 MB of the binary"
+    );
+    Ok(())
 }
 
 /// The built-in spike model: every file of `probe-user/model/` embedded as text

@@ -6,7 +6,9 @@
 //! removed on drop, also when a test panics: [`netns::Netns`] deletes its namespace and kills
 //! what runs inside, [`process::Child`] SIGTERMs (then SIGKILLs) its process.
 //!
-//! They need root. Run them serially:
+//! They need root. Run them serially, with a probe built with every feature (`probe train`
+//! is in the `train` feature; `cargo xtask test` builds it so):
+//! `cargo build -p probe-user --all-features`, then
 //! `PROBE_BIN=target/debug/probe cargo test -p probe-tests -- --test-threads=1`.
 //!
 //! Addressing: each test owns a subnet 10.231.X.0/24 (and fd00:231:X::/64), X distinct per

@@ -29,7 +29,7 @@ pub fn probe_bin_checked() -> String {
     let p = probe_bin();
     assert!(
         p.is_file(),
-        "probe binary {} not found: build it (`cargo build -p probe-user`) or set PROBE_BIN",
+        "probe binary {} not found: build it (`cargo build -p probe-user --all-features`) or set PROBE_BIN",
         p.display()
     );
     p.to_string_lossy().into_owned()

@@ -1,5 +1,5 @@
 //! Shared helpers: where the workspace and its build outputs are, how child commands run,
-//! and the release build of `probe` that `run` and `bench` start from.
+//! and the builds of `probe` that `run`, `bench`, `model` and `dist` start from.
 use anyhow::{bail, Context as _, Result};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt as _;
@@ -105,19 +105,47 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Builds `probe` in release (probe-user's build.rs builds the eBPF object) and returns
-/// the binary's path.
+/// The target of the static build: musl's libc linked in, no ELF interpreter, so the binary
+/// starts on any x86_64 Linux whatever its libc (`cargo xtask dist`).
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// Builds `probe` in release (probe-user's build.rs builds the eBPF object) with the default
+/// features (the daemon: no training, no libibverbs) and returns the binary's path.
 pub fn release_probe() -> Result<PathBuf> {
+    build_probe(&["--release"], &target_dir().join("release"))
+}
+
+/// `probe` in release with `probe train` (LightGBM): what `cargo xtask model` trains with.
+pub fn release_probe_with_training() -> Result<PathBuf> {
+    build_probe(
+        &["--release", "--features", "train"],
+        &target_dir().join("release"),
+    )
+}
+
+/// The static `probe` (target [`STATIC_TARGET`], default features): release, or a debug
+/// build for the tests (minutes faster).
+pub fn static_probe(release: bool) -> Result<PathBuf> {
+    let dir = target_dir().join(STATIC_TARGET);
+    if release {
+        build_probe(
+            &["--release", "--target", STATIC_TARGET],
+            &dir.join("release"),
+        )
+    } else {
+        build_probe(&["--target", STATIC_TARGET], &dir.join("debug"))
+    }
+}
+
+/// `cargo build -p probe-user ARGS` and the path of the `probe` it made in `out_dir`.
+fn build_probe(args: &[&str], out_dir: &Path) -> Result<PathBuf> {
     let mut cmd = cargo();
-    cmd.args(["build", "--release", "-p", "probe-user"]);
+    cmd.args(["build", "-p", "probe-user"]).args(args);
     println!("build: {}", display(&cmd));
     run(&mut cmd)?;
-    let bin = target_dir().join("release").join("probe");
+    let bin = out_dir.join("probe");
     if !bin.is_file() {
-        bail!(
-            "the release build finished but {} is missing",
-            bin.display()
-        );
+        bail!("the build finished but {} is missing", bin.display());
     }
     Ok(bin)
 }

@@ -6,7 +6,7 @@
 //! - `bench`: measures probe's overhead against a release build.
 //! - `lab`: the distributed-training traffic lab.
 //! - `model`: the built-in spike model from a lab corpus, trained and evaluated.
-//! - `dist`: the Debian package.
+//! - `dist`: the static binary (x86_64 musl), its checksum and the Debian package.
 //! - `fuzz [--seconds N]`: the cargo-fuzz targets of probe's parsers (`fuzz/`).
 //! - `soak`: the churn soak (the daemon under interface, peer, map, RDMA, scraper and
 //!   signal churn; fails on leaks, missed ticks, kernel leftovers, backwards counters).
@@ -51,8 +51,8 @@ enum Command {
     Lab(lab::LabArgs),
     /// Regenerates the built-in spike model from a lab corpus (needs root; hours).
     Model(model::ModelArgs),
-    /// Builds the Debian package (release binary, hardened unit, default config) into
-    /// target/dist.
+    /// Builds the static release binary (x86_64 musl, stripped, at most 15 MB), its sha256
+    /// and the Debian package (that binary, hardened unit, default config) into target/dist.
     Dist(dist::DistArgs),
     /// Fuzzes probe's parsers (cargo-fuzz, libFuzzer) for --seconds per target.
     Fuzz(fuzz::FuzzArgs),

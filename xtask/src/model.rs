@@ -38,9 +38,9 @@ pub struct ModelArgs {
     /// ones byte for byte (`cargo xtask test` runs this).
     #[arg(long)]
     pub check: bool,
-    /// The probe binary to train and evaluate with (default: a release build made here).
-    /// Training is LightGBM's (always optimised) and the features are the daemon's engine,
-    /// so a debug build gives the same files, only slower.
+    /// The probe binary to train and evaluate with, built with `--features train` (default:
+    /// such a release build, made here). Training is LightGBM's (always optimised) and the
+    /// features are the daemon's engine, so a debug build gives the same files, only slower.
     #[arg(long, value_name = "FILE")]
     pub probe: Option<PathBuf>,
 }
@@ -100,7 +100,7 @@ pub fn run(mut args: ModelArgs) -> Result<()> {
         Some(p) => {
             std::fs::canonicalize(p).with_context(|| format!("no probe at {}", p.display()))?
         }
-        None => build::release_probe()?,
+        None => build::release_probe_with_training()?,
     };
     if !args.no_lab {
         let xtask = std::env::current_exe().context("locating xtask")?;

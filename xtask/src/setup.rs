@@ -36,6 +36,9 @@ const APT_PACKAGES: &[&str] = &[
     // cargo xtask dist: objcopy strips the binary, dpkg-shlibdeps computes Depends.
     "binutils",
     "dpkg-dev",
+    // cargo xtask dist: musl-gcc compiles the C parts of the static build (zstd-sys, ring)
+    // against musl.
+    "musl-tools",
 ];
 
 /// Debian's LLVM 22, which bpf-linker links against; the eBPF toolchain's LLVM must be 22 too.
@@ -51,6 +54,7 @@ pub fn run() -> Result<()> {
     let mut acted = false;
     acted |= apt()?;
     acted |= rust_components()?;
+    acted |= static_target()?;
     acted |= nightly()?;
     acted |= bpf_linker()?;
     acted |= cargo_fuzz()?;
@@ -172,6 +176,24 @@ fn rust_components() -> Result<bool> {
             "setup: could not add rust components {0}; try: rustup component add {0}",
             missing.join(" ")
         );
+    }
+    Ok(true)
+}
+
+/// The musl target of the static build (`cargo xtask dist`) on the toolchain that builds the
+/// workspace: its self-contained musl libc is what the static binary links.
+fn static_target() -> Result<bool> {
+    let target = build::STATIC_TARGET;
+    let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(false);
+    }
+    println!("setup: adding the {target} target (the static build of cargo xtask dist)");
+    let mut cmd = Command::new("rustup");
+    cmd.current_dir(build::root())
+        .args(["target", "add", target]);
+    if !status(&mut cmd)? {
+        bail!("setup: could not add the {target} target; try: rustup target add {target}");
     }
     Ok(true)
 }

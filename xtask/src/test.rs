@@ -133,6 +133,16 @@ pub fn run(args: TestArgs) -> Result<()> {
     // Where CI's time goes, printed at the end (CI allows 90 minutes; keep well under 45).
     let mut times = vec![("setup".to_owned(), started.elapsed())];
 
+    // The static binary and the package, as `cargo xtask dist` makes them but from a debug
+    // build (minutes faster than a release): the package tests in the unit tests and the
+    // static binary's integration tests use them.
+    let mut dist = Command::new(std::env::current_exe()?);
+    dist.args(["dist", "--debug"]);
+    let static_bin =
+        crate::dist::default_out(true).join(crate::dist::binary_name(env!("CARGO_PKG_VERSION")));
+    // Every feature in clippy, the unit tests and the debug build (one feature set, built
+    // once): `train` (LightGBM), which the built-in model rebuild and the integration tests'
+    // `probe train` need, and `rdma-verbs`; the daemon's default build is the static one.
     let mut steps = vec![
         step("format", cargo_with(&["fmt", "--all", "--check"])),
         step(
@@ -141,11 +151,13 @@ pub fn run(args: TestArgs) -> Result<()> {
                 "clippy",
                 "--workspace",
                 "--all-targets",
+                "--all-features",
                 "--",
                 "-D",
                 "warnings",
             ]),
         ),
+        step("static build and package (debug)", dist),
         test_step(
             "unit tests",
             cargo_with(&[
@@ -153,6 +165,7 @@ pub fn run(args: TestArgs) -> Result<()> {
                 "--workspace",
                 "--exclude",
                 "probe-tests",
+                "--all-features",
                 "--no-fail-fast",
             ]),
         ),
@@ -160,7 +173,10 @@ pub fn run(args: TestArgs) -> Result<()> {
             "eBPF ABI unit tests",
             cargo_with(&["test", "-p", "probe-ebpf", "--lib"]),
         ),
-        step("debug build", cargo_with(&["build", "-p", "probe-user"])),
+        step(
+            "debug build",
+            cargo_with(&["build", "-p", "probe-user", "--all-features"]),
+        ),
     ];
     if !args.quick {
         // A short run of every fuzz target from its seeds: the seeds and what a few seconds
@@ -172,8 +188,8 @@ pub fn run(args: TestArgs) -> Result<()> {
     }
     if !args.quick {
         // The repository's corpus rebuilds the built-in model and its evaluation byte for
-        // byte (with the debug build: LightGBM is always optimised, and the files are the
-        // same as a release build's).
+        // byte (with the debug build, which has `train`: LightGBM is always optimised, and
+        // the files are the same as a release build's).
         let mut model = Command::new(std::env::current_exe()?);
         model
             .args(["model", "--check", "--probe"])
@@ -191,6 +207,7 @@ pub fn run(args: TestArgs) -> Result<()> {
             "--test-threads=1",
         ]);
         cmd.env("PROBE_BIN", &probe);
+        cmd.env("PROBE_STATIC_BIN", &static_bin);
         steps.push(test_step("integration tests", cmd));
         // The churn soak, 3 minutes, on the debug build just made (docs/operations.md).
         let mut soak = Command::new(std::env::current_exe()?);

@@ -79,5 +79,5 @@ pub fn main(args: TrainArgs) -> anyhow::Result<()> {
 
 #[cfg(not(feature = "train"))]
 pub fn main(_: TrainArgs) -> anyhow::Result<()> {
-    anyhow::bail!("this probe was built without the `train` feature (LightGBM): rebuild with default features to train")
+    anyhow::bail!("this build of probe has no training (LightGBM is left out of the daemon): build it with `cargo build -p probe-user --features train`, or let `cargo xtask model` build one")
 }
