@@ -56,7 +56,7 @@ pub fn main(args: RunArgs) -> Result<()> {
 /// its own arena, and each keeps what it freed: the collect stage runs on tokio's blocking
 /// pool, so its tick buffers lived in a second arena beside the main heap's copy of the
 /// snapshot. With one arena the threads take turns (they barely overlap: one tick at a
-/// time) and peak RSS at 10,000 flows fell by ~6 MiB (docs/benchmarks.md). musl's malloc
+/// time) and peak RSS at 10,000 flows fell by ~6 MiB (docs/benchmarks-history.md). musl's malloc
 /// (the static build, `cargo xtask dist`) has no per-thread arenas: nothing to set there.
 fn one_malloc_arena() {
     // SAFETY: mallopt only sets a malloc parameter; called before any other thread exists.

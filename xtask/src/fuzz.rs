@@ -10,7 +10,7 @@ use crate::{build, setup};
 
 #[derive(clap::Args)]
 pub struct FuzzArgs {
-    /// Seconds per target (docs/operations.md gives the figures of a 600 s run).
+    /// Seconds per target (docs/contributing.md gives the figures of a 600 s run).
     #[arg(long, default_value_t = 60)]
     pub seconds: u64,
     /// Build without optimisation (`cargo fuzz --dev`): a third of the build time from

@@ -180,7 +180,7 @@ pub fn run(args: TestArgs) -> Result<()> {
     ];
     if !args.quick {
         // A short run of every fuzz target from its seeds: the seeds and what a few seconds
-        // of mutation find must not crash (the long runs are in docs/operations.md). Built
+        // of mutation find must not crash (the long runs are in docs/contributing.md). Built
         // without optimisation: from scratch (CI) that took 219 s against 696 s with it.
         let mut fuzz = Command::new(std::env::current_exe()?);
         fuzz.args(["fuzz", "--dev", "--seconds", &FUZZ_SECONDS.to_string()]);
@@ -209,7 +209,7 @@ pub fn run(args: TestArgs) -> Result<()> {
         cmd.env("PROBE_BIN", &probe);
         cmd.env("PROBE_STATIC_BIN", &static_bin);
         steps.push(test_step("integration tests", cmd));
-        // The churn soak, 3 minutes, on the debug build just made (docs/operations.md).
+        // The churn soak, 3 minutes, on the debug build just made (docs/contributing.md).
         let mut soak = Command::new(std::env::current_exe()?);
         soak.args(["soak", "--minutes", "3", "--probe"]).arg(&probe);
         steps.push(step("churn soak", soak));

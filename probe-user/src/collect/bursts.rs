@@ -3,7 +3,7 @@
 //! room for is folded by the program itself into PEER_BURSTS, which is read every tick and
 //! added in, so the histograms stay exact while events are lost. (The programs used to
 //! update PEER_BURSTS on every burst end: a second hash lookup and five atomic adds on lines
-//! that every CPU sending to the peer writes. docs/benchmarks.md has the cost measured.)
+//! that every CPU sending to the peer writes. docs/benchmarks-history.md has the cost measured.)
 use std::net::IpAddr;
 
 use aya::maps::{HashMap, MapData};

@@ -64,7 +64,7 @@ const MAP_PEERS: u32 = 64;
 const TOP_PEERS: usize = 8;
 /// Feature entities with state, fewer than the peers at a time: full seconds into a
 /// lifetime. At the default (4,096) the engine's 2-minute memory of churned names fills
-/// through the judged part of a 3-minute run (docs/operations.md, "Soak").
+/// through the judged part of a 3-minute run (docs/contributing.md, "Soak").
 const MAX_ENTITIES: usize = 128;
 /// Where the daemon listens, inside its namespace.
 const LISTEN_PORT: u16 = 9464;
