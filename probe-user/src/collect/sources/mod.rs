@@ -24,8 +24,6 @@ pub trait Source: Send {
 mod identity;
 mod softnet;
 
-pub use identity::{addresses, is_peer_address};
-
 /// Every source, in the order they are read.
 pub fn all(cfg: &Config) -> Vec<Box<dyn Source>> {
     vec![
