@@ -23,8 +23,6 @@ enum Level {
 
 struct Report {
     lines: Vec<(Level, &'static str, String)>,
-    /// `--cgroup`: what sock_ops would attach to instead of the root.
-    scope: Option<std::path::PathBuf>,
 }
 
 impl Report {
@@ -46,15 +44,12 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 pub fn main(cfg: &Config, web: &WebConfig, model: Option<&Bound>) -> Result<()> {
-    let mut r = Report {
-        lines: Vec::new(),
-        scope: cfg.cgroup.clone(),
-    };
+    let mut r = Report { lines: Vec::new() };
     settings(&mut r, cfg, web, model);
     let sys_admin = host(&mut r, cfg);
     let tracepoints = tracepoints(&mut r, sys_admin, cfg.cgroup.is_some());
     let (mode, selected) = attachment(&mut r, cfg);
-    r.print(&selected, mode, &tracepoints)
+    r.print(&selected, mode, &tracepoints, cfg.cgroup.as_deref())
 }
 
 /// The settings: config, model, web and whether the listen address is free.
@@ -251,6 +246,7 @@ impl Report {
         selected: &Result<Vec<String>>,
         mode: &str,
         tracepoints: &[String],
+        scope: Option<&std::path::Path>,
     ) -> Result<()> {
         for (level, what, detail) in &self.lines {
             let tag = match level {
@@ -269,7 +265,7 @@ impl Report {
                 ));
             }
         }
-        attach.push(match &self.scope {
+        attach.push(match scope {
             Some(dir) => format!(
                 "sock_ops on cgroup {} (scoped: no host-wide tracepoints)",
                 dir.display()

@@ -69,7 +69,7 @@ impl Source for Identity {
 
 /// Whether another host could name this address as a peer: not loopback, not link-local
 /// (neither reaches beyond one link, and every host has the same ones).
-pub fn is_peer_address(a: &IpAddr) -> bool {
+fn is_peer_address(a: &IpAddr) -> bool {
     match a {
         IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified(),
         IpAddr::V6(v6) => {
@@ -79,7 +79,7 @@ pub fn is_peer_address(a: &IpAddr) -> bool {
 }
 
 /// The namespace's (interface, address) pairs that can be peers, sorted, from getifaddrs(3).
-pub fn addresses() -> Result<Vec<(String, IpAddr)>> {
+fn addresses() -> Result<Vec<(String, IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list that freeifaddrs releases below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
