@@ -15,6 +15,7 @@
 //! test, so that tests never see each other's peers in probe's host-wide socket metrics.
 pub mod bpflinks;
 pub mod bpfmaps;
+pub mod cgroup;
 pub mod cmd;
 pub mod histogram;
 pub mod http;

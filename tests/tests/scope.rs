@@ -23,27 +23,15 @@ struct TestCgroup {
 
 impl TestCgroup {
     fn new() -> TestCgroup {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let root = mounts
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-            })
-            .expect("a cgroup v2 mount");
+        let root = probe_tests::cgroup::cgroup2_mount().expect("a cgroup v2 mount");
         let dir = root.join(format!("probe-test-scope-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();
         TestCgroup { dir }
     }
 
-    /// `argv` run inside this cgroup (the shell moves itself in, then execs).
+    /// `argv` run inside this cgroup.
     fn command(&self, argv: &[&str]) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c")
-            .arg("echo $$ > \"$0\" && exec \"$@\"")
-            .arg(self.dir.join("cgroup.procs"))
-            .args(argv);
-        c
+        probe_tests::cgroup::command_in(&self.dir, argv)
     }
 }
 

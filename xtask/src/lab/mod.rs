@@ -555,14 +555,7 @@ fn drive(
         // In its rank's cgroup, if the lab made them: the shell moves itself in, then
         // execs (same pid), so every socket of the rank is created inside it.
         let mut c = match lab.rank_cgroup(i) {
-            Some(cg) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg("echo $$ > \"$0\" && exec \"$@\"")
-                    .arg(cg.join("cgroup.procs"))
-                    .arg("ip");
-                c
-            }
+            Some(cg) => probe_tests::cgroup::command_in(&cg, &["ip"]),
             None => Command::new("ip"),
         };
         c.args(["netns", "exec", &lab.rank_ns(i)])

@@ -450,16 +450,9 @@ fn clean_stale_cgroups() -> usize {
     removed
 }
 
-/// The cgroup v2 mount (unified /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
+/// The cgroup v2 mount (needed for --probe-per-rank).
 pub fn cgroup2_mount() -> Result<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
-    mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-        })
-        .context("no cgroup v2 mount (needed for --probe-per-rank)")
+    probe_tests::cgroup::cgroup2_mount().context("no cgroup v2 mount (needed for --probe-per-rank)")
 }
 
 #[cfg(test)]
