@@ -90,6 +90,18 @@ impl Prometheus {
         targets: &[SocketAddr],
         interval: &str,
     ) -> Result<Prometheus> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        Self::start_in(&ns.path(), addr, targets, interval)
+    }
+
+    /// Starts Prometheus in the namespace at `ns_path` (`/var/run/netns/NAME`) listening on
+    /// `addr`, scraping `targets` every `interval` and evaluating `rules/` as often.
+    pub fn start_in(
+        ns_path: &str,
+        addr: SocketAddr,
+        targets: &[SocketAddr],
+        interval: &str,
+    ) -> Result<Prometheus> {
         let dir = std::env::temp_dir().join(format!(
             "probe-prom-{}-{}",
             std::process::id(),
@@ -115,7 +127,6 @@ impl Prometheus {
             targets.join(", ")
         );
         std::fs::write(dir.join("prometheus.yml"), config)?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let data = dir.join("data");
         let argv = [
             "prometheus".to_string(),
@@ -126,10 +137,12 @@ impl Prometheus {
             "--log.level=warn".into(),
         ];
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let child = Child::spawn("prometheus", &mut ns.command(&argv))?;
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.arg(format!("--net={ns_path}")).args(argv);
+        let child = Child::spawn("prometheus", &mut cmd)?;
         let mut p = Prometheus {
             child,
-            ns_path: ns.path(),
+            ns_path: ns_path.to_owned(),
             addr,
             dir,
         };

@@ -23,6 +23,7 @@ mod analyze_test;
 pub(crate) mod cmd;
 mod corpus;
 mod episodes;
+mod live;
 mod observe;
 #[cfg(test)]
 mod period_test;
@@ -144,6 +145,11 @@ pub struct LabArgs {
     /// i records into DIR/rank<i>/ (rank 0 into DIR, as with one probe).
     #[arg(long, requires = "record")]
     pub probe_per_rank: bool,
+    /// With --probe-per-rank: a real Prometheus in the switch namespace scrapes every rank's
+    /// probe and evaluates rules/ every second; the job's culprit alerts and scores are
+    /// logged (alerts.jsonl, scores.jsonl) and held against the ground truth (live.json).
+    #[arg(long, requires = "probe_per_rank")]
+    pub prometheus: bool,
     /// The probe binary for --record and --corpus (default: build it, in the profile of
     /// traingen).
     #[arg(long, value_name = "FILE")]
@@ -540,6 +546,11 @@ fn drive(
             recorders.push(record::start(lab, p, out, &scope)?);
         }
     }
+    let mut live = if args.prometheus {
+        Some(live::Live::start(lab, n, out)?)
+    } else {
+        None
+    };
 
     // Start the ranks.
     let peers = (0..n)
@@ -666,6 +677,9 @@ fn drive(
         }
         let step: Result<()> = (|| {
             timeline.tick(lab, now.as_secs_f64())?;
+            if let Some(l) = live.as_mut() {
+                l.tick(unix_now())?;
+            }
             if !sample_every.is_zero() && now >= next_sample {
                 next_sample = now + sample_every;
                 sample_rtt(lab, n, &mut rtt_log, &mut rtt)?;
@@ -753,6 +767,14 @@ fn drive(
     print!("{}", summary::render(&s));
     for (i, line) in &recorded {
         println!("probe on rank {i}: {}", line.trim_start_matches("record: "));
+    }
+    if let Some(l) = live {
+        let r = live::report(&l.fired, &truths, t0);
+        print!("{}", live::render(&r));
+        live::write(out, &r)?;
+        if let Err(e) = l.finish() {
+            failure.get_or_insert(e);
+        }
     }
     println!("output: {}", out.display());
     let report = serde_json::json!({
@@ -942,6 +964,7 @@ mod run_tests {
             record: None,
             probe: None,
             probe_per_rank: false,
+            prometheus: false,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 15,

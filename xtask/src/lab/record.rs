@@ -18,8 +18,12 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Where the probe listens, inside rank 0's namespace.
+/// Where the probe and its recorder talk, inside the rank's namespace.
 pub const LISTEN: &str = "127.0.0.1:9464";
+/// What the probe binds: every address of the rank's namespace, so that a monitoring host
+/// on the ranks' network (`--prometheus`) scrapes it too.
+pub const BIND: &str = "0.0.0.0:9464";
+pub const PORT: u16 = 9464;
 /// Files in the output directory.
 pub const RECORDING: &str = "recording.parquet";
 pub const PROBE_LOG: &str = "probe.log";
@@ -94,7 +98,7 @@ pub fn start(lab: &mut Lab, probe: &Path, out: &Path, scope: &Scope) -> Result<R
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let probe_log = dir.join(PROBE_LOG);
     let record_log = dir.join(RECORD_LOG);
-    let mut args: Vec<String> = ["run", "--interface", RANK_DEV, "--listen", LISTEN]
+    let mut args: Vec<String> = ["run", "--interface", RANK_DEV, "--listen", BIND]
         .map(String::from)
         .to_vec();
     if let Some(cg) = scope.cgroup {
@@ -291,6 +295,7 @@ pub(super) mod tests {
             record: Some(dir.to_path_buf()),
             probe: std::env::var_os("PROBE_BIN").map(std::path::PathBuf::from),
             probe_per_rank: false,
+            prometheus: false,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 1,
@@ -417,6 +422,7 @@ pub(super) mod tests {
             record: Some(dir.clone()),
             probe,
             probe_per_rank: false,
+            prometheus: false,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 15,
@@ -542,23 +548,63 @@ pub(super) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// One probe per rank (`--probe-per-rank`): each rank's probe, scoped to the rank's
-    /// cgroup, sees exactly that rank's ring connections (one to the next rank, one from the
-    /// previous, as traingen makes them) and no other rank's, though all share one kernel;
-    /// the lab leaves no cgroup and no namespace behind.
+    /// The first seed whose 4-rank schedule (tbf only, calm gaps of 25-30 s) starts with a
+    /// tbf of at most 1/8 of the base rate, and that schedule.
+    fn seed_with_a_deep_tbf_first(
+        duration_s: f64,
+        calm: (f64, f64),
+    ) -> (u64, Vec<schedule::Episode>) {
+        (1..1000)
+            .find_map(|seed| {
+                let plan = Plan {
+                    seed,
+                    duration_s,
+                    ranks: 4,
+                    kinds: vec![Kind::Tbf],
+                    link_mbit: LINK_MBIT,
+                    cross_port: CROSS_PORT,
+                    calm_s: Some(calm),
+                    gradual_weight: 1,
+                };
+                let s = schedule::build(&plan);
+                s.iter()
+                    .all(|e| matches!(e.params, Params::Tbf { rate_mbit, .. } if rate_mbit <= LINK_MBIT / 8))
+                    .then_some((seed, s))
+                    .filter(|(_, s)| !s.is_empty())
+            })
+            .expect("some seed below 1000 schedules only deep tbf episodes")
+    }
+
+    /// One probe per rank (`--probe-per-rank`) and a real Prometheus scraping them all
+    /// (`--prometheus`): each rank's probe, scoped to the rank's cgroup, sees exactly that
+    /// rank's ring connections (one to the next rank, one from the previous, as traingen
+    /// makes them) and no other rank's, though all share one kernel; while one rank's
+    /// egress is squeezed, the job's culprit alert names that rank and its egress within 10
+    /// s, and in the calm before nothing is named; the lab leaves no cgroup and no
+    /// namespace behind.
     #[test]
-    fn every_rank_records_its_own_connections_and_no_other() {
+    fn every_rank_records_its_own_connections_and_prometheus_names_the_culprit() {
         if !crate::build::is_root() {
-            eprintln!("skipped every_rank_records_its_own_connections_and_no_other: it needs root");
+            eprintln!("skipped every_rank_records_its_own_connections_and_prometheus_names_the_culprit: it needs root");
             return;
         }
         const N: usize = 4;
+        const DURATION_S: f64 = 60.0;
+        const CALM: (f64, f64) = (25.0, 30.0);
         let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
+        let (seed, sched) = seed_with_a_deep_tbf_first(DURATION_S, CALM);
+        eprintln!("lab test: seed {seed}, schedule {sched:?}");
         let dir = std::env::temp_dir().join(format!("lab-per-rank-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let result = run(LabArgs {
             probe_per_rank: true,
-            ..recorded_args(&dir, Pattern::Ring, N as u16, 200, 12.0)
+            prometheus: true,
+            seed,
+            size: 4 << 20,
+            episodes: OnOff::On,
+            kinds: vec![Kind::Tbf],
+            calm: Some(CALM),
+            ..recorded_args(&dir, Pattern::Ring, N as u16, 200, DURATION_S)
         });
         let prefix = format!("lab{}", std::process::id());
         let left = topo::list_namespaces().unwrap();
@@ -572,7 +618,29 @@ pub(super) mod tests {
 
         let lab: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("lab.json")).unwrap()).unwrap();
-        assert_eq!(lab["training_job"], "lab-seed1");
+        assert_eq!(lab["training_job"], format!("lab-seed{seed}"));
+
+        // The culprit, live: every episode named with its rank and direction within 10 s
+        // of its onset, no other host named, nothing named in the calm.
+        let live: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        eprintln!("lab test: {live}");
+        let episodes = live["episodes"].as_array().unwrap();
+        assert_eq!(episodes.len(), sched.len(), "every episode is judged");
+        for e in episodes {
+            let after = e["named_after_s"].as_f64();
+            assert!(
+                after.is_some_and(|s| s <= 10.0),
+                "episode {e}: the culprit alert did not name rank {} egress within 10 s",
+                e["rank"]
+            );
+            assert_eq!(e["also_named"], serde_json::json!([]), "episode {e}");
+        }
+        assert_eq!(
+            live["calm_alarms"],
+            serde_json::json!([]),
+            "named while calm"
+        );
         let addr = |r: usize| topo::rank_addr(r).to_string();
         for r in 0..N {
             let file = rank_dir(&dir, r).join(RECORDING);

@@ -26,6 +26,12 @@ pub fn rank_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 232, 0, i as u8 + 1)
 }
 
+/// The switch's own address on its bridge (`--prometheus`: where the lab's Prometheus
+/// scrapes the ranks from, as a monitoring host on the same network would).
+pub fn switch_addr() -> Ipv4Addr {
+    Ipv4Addr::new(10, 232, 0, 254)
+}
+
 /// tbf burst for a rate: 4 ms worth of bytes, at least 128 KiB.
 ///
 /// The floor matters. tbf checks a packet against its burst only when it is enqueued; a
@@ -97,6 +103,22 @@ impl Lab {
 
     pub fn rank_ns(&self, i: usize) -> String {
         format!("{}-r{i}", self.prefix)
+    }
+
+    /// Gives the switch namespace an address on the ranks' network (its bridge).
+    pub fn address_switch(&self) -> Result<()> {
+        let addr = format!("{}/24", switch_addr());
+        cmd::run(&[
+            "ip",
+            "-n",
+            &self.switch_ns(),
+            "addr",
+            "add",
+            &addr,
+            "dev",
+            "br0",
+        ])?;
+        Ok(())
     }
 
     /// A cgroup per rank, `<cgroup v2 mount>/lab<pid>/r<i>`, so that each rank's probe can
