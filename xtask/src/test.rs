@@ -125,7 +125,7 @@ fn run_tests(cmd: &mut Command, summaries: &mut Summaries) -> Result<std::proces
 }
 
 /// Seconds per fuzz target in `cargo xtask test`.
-const FUZZ_SECONDS: u64 = 10;
+const FUZZ_SECONDS: u64 = 6;
 
 pub fn run(args: TestArgs) -> Result<()> {
     let started = Instant::now();

@@ -1,6 +1,9 @@
 //! `probe analyze` against what the lab ran. Six calm runs (ring, pipeline and parameter
 //! server, at 4 and 6 ranks): the pattern is the lab's, and the period is within 10% of
-//! traingen's own median iteration time (read here from rank 0's log). One run with abrupt
+//! traingen's own median iteration time (read here from rank 0's log); at 4 ranks, so is
+//! the iteration period the feature stage finds in rank 0's job peers (the recording
+//! replayed with `probe features`: the median `iteration_period_s` of the peers that carry
+//! the job's traffic, after the first 8 s). One run with abrupt
 //! tbf episodes: the start and end of every episode that slowed training by x1.3 or more
 //! (traingen's own log) is a change point within 2 ticks of the time the lab logged (milder
 //! ones are reported), and the episodes are a cluster of their own. Then the HTML report is
@@ -12,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::{
-    record::tests::{recorded_args, LAB},
+    record::tests::{read_recording, recorded_args, LAB},
     run,
     schedule::Kind,
     summary, LabArgs, OnOff, Pattern,
@@ -75,6 +78,51 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("lab-analyze-test-{}-{name}", std::process::id()))
 }
 
+/// Ticks before this many seconds are left out of the feature stage's period: it needs a
+/// few seconds of bursts.
+const PERIOD_WARMUP_S: f64 = 8.0;
+
+/// The median iteration period the feature stage finds in the recording of `dir`, over the
+/// peers that carry the job's traffic (those rank 0 exchanged most of its bytes with).
+fn feature_period(dir: &Path) -> Option<f64> {
+    let features = dir.join("features.parquet");
+    let out = std::process::Command::new(probe_bin())
+        .args(["features", "--data"])
+        .arg(dir.join("recording.parquet"))
+        .arg("--out")
+        .arg(&features)
+        .output()
+        .expect("probe features runs");
+    assert!(
+        out.status.success(),
+        "probe features: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, rows) = read_recording(&features);
+    let t0 = rows.iter().map(|r| r.t).fold(f64::INFINITY, f64::min);
+    let bytes = |e: &str| -> f64 {
+        rows.iter()
+            .filter(|r| r.kind == "peer" && r.entity == e)
+            .filter_map(|r| Some(r.num.get("tx_bytes_last")? + r.num.get("rx_bytes_last")?))
+            .sum()
+    };
+    let mut peers: Vec<String> = rows
+        .iter()
+        .filter(|r| r.kind == "peer")
+        .map(|r| r.entity.clone())
+        .collect();
+    peers.sort();
+    peers.dedup();
+    let most = peers.iter().map(|p| bytes(p)).fold(0.0, f64::max);
+    let job: Vec<&String> = peers.iter().filter(|p| bytes(p) > 0.2 * most).collect();
+    let found: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.kind == "peer" && job.contains(&&r.entity) && r.t > t0 + PERIOD_WARMUP_S)
+        .filter_map(|r| r.num.get("iteration_period_s").copied())
+        .collect();
+    (!found.is_empty()).then(|| median(found))
+}
+
 /// One calm lab run of `pattern` analyzed: None if the pattern and the period are right,
 /// else what was wrong, with the analysis's view of the peers and classes (why it chose no
 /// job or another pattern).
@@ -108,6 +156,19 @@ fn calm_case(
     }
     if (found - logged).abs() / logged > TOLERANCE || !found.is_finite() {
         wrong.push(format!("period {found:.4} s, traingen {logged:.4} s"));
+    }
+    if ranks == 4 {
+        let features = feature_period(&dir);
+        eprintln!(
+            "analyze test, {} x{ranks}: the feature stage's period {features:?}",
+            pattern.name()
+        );
+        match features {
+            Some(f) if (f - logged).abs() / logged <= TOLERANCE => {}
+            f => wrong.push(format!(
+                "the feature stage's period {f:?} s, traingen {logged:.4} s"
+            )),
+        }
     }
     if wrong.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);

@@ -214,7 +214,9 @@ pub fn apply(lab: &mut Lab, ep: &Episode, out: &Path, congestion: &str) -> Resul
         Params::Incast { port_mbit, .. } => {
             topo::set_tbf_on(&lab.switch_ns(), &switch_port(ep.rank), port_mbit)?
         }
-        Params::Ramp { .. } | Params::Squeeze { .. } => {}
+        // The rank's traingen was started with this window (`--straggle`): nothing to do
+        // on the network.
+        Params::Ramp { .. } | Params::Squeeze { .. } | Params::Straggle { .. } => {}
     }
     if ep.kind.onset() == Onset::Gradual {
         step(lab, &mut a, out, congestion)?;
@@ -305,7 +307,10 @@ fn step(lab: &mut Lab, a: &mut Active, out: &Path, congestion: &str) -> Result<(
             let name = format!("incast{seq}-{i}");
             step_flow(lab, a, (src, a.ep.rank), port, &name, out, congestion)?
         }
-        Params::Tbf { .. } | Params::Cross { .. } | Params::Loss { .. } => {
+        Params::Tbf { .. }
+        | Params::Cross { .. }
+        | Params::Loss { .. }
+        | Params::Straggle { .. } => {
             bail!("episode {seq} ({}) has no steps", a.ep.kind)
         }
     };
@@ -378,6 +383,7 @@ pub fn revert(lab: &mut Lab, a: Active, out: &Path, aborted: bool) -> Result<Tru
             }
         }
         Params::Ramp { .. } => observed["step_sender_mbit"] = serde_json::json!(sender_mbit),
+        Params::Straggle { .. } => {}
         Params::Incast { .. } => {
             observed["step_sender_mbit"] = serde_json::json!(sender_mbit);
             let (sw, port) = (lab.switch_ns(), switch_port(a.ep.rank));

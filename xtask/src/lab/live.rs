@@ -6,6 +6,7 @@
 //! episode was on (docs/rules.md, "The job view").
 use super::episodes::Truth;
 use super::schedule::Kind;
+use super::summary::{Iter, Summary};
 use super::topo::{rank_addr, switch_addr, Lab};
 use super::{record, JsonLines};
 use anyhow::{bail, Result};
@@ -121,6 +122,8 @@ pub fn expected(t: &Truth) -> (usize, &'static str) {
         Kind::Tbf | Kind::Squeeze | Kind::Cross | Kind::Ramp => (t.rank, "egress"),
         // Its switch port (incast) or its input (loss): what reaches the host.
         Kind::Incast | Kind::Loss => (t.rank, "ingress"),
+        // Slow to compute, its network innocent (no score names it yet).
+        Kind::Straggle => (t.rank, "compute"),
     }
 }
 
@@ -131,6 +134,12 @@ pub struct Verdict {
     pub kind: Kind,
     pub rank: usize,
     pub direction: &'static str,
+    /// Mean iteration time during the episode over the calm mean (traingen's log).
+    pub slowdown: Option<f64>,
+    /// Seconds from the episode's onset to the end of the first iteration that took 1.2x
+    /// the calm median or longer: when training slowed (a gradual episode's first steps
+    /// may not slow it at all).
+    pub slowed_after_s: Option<f64>,
     /// Seconds from the episode's onset to the first firing alert naming the right host and
     /// direction while it was on (None: never).
     pub named_after_s: Option<f64>,
@@ -146,12 +155,38 @@ pub struct Report {
     pub calm_alarms: Vec<(f64, usize, String)>,
 }
 
+/// What the report needs of the run besides the alerts.
+pub struct Run<'a> {
+    pub truths: &'a [Truth],
+    /// Unix time the traffic started.
+    pub t0: f64,
+    /// Every rank's iterations (traingen's log).
+    pub iters: &'a [Iter],
+    pub calm_median_s: Option<f64>,
+    pub summary: &'a Summary,
+}
+
 /// Holds the alerts seen against the ground truth.
-pub fn report(fired: &[(f64, usize, String)], truths: &[Truth], t0: f64) -> Report {
+pub fn report(fired: &[(f64, usize, String)], run: &Run) -> Report {
+    let (truths, t0) = (run.truths, run.t0);
     let episodes = truths
         .iter()
         .filter(|t| !t.aborted)
         .map(|t| {
+            let slowed_after_s = run.calm_median_s.and_then(|calm| {
+                run.iters
+                    .iter()
+                    .filter(|i| i.t_end >= t.t_start && i.t_end <= t.t_end)
+                    .filter(|i| i.duration_s >= 1.2 * calm)
+                    .map(|i| i.t_end - t.t_start)
+                    .min_by(f64::total_cmp)
+            });
+            let slowdown = run
+                .summary
+                .episodes
+                .iter()
+                .find(|e| e.seq == t.seq)
+                .and_then(|e| e.slowdown);
             let (rank, direction) = expected(t);
             let during = fired
                 .iter()
@@ -171,6 +206,8 @@ pub fn report(fired: &[(f64, usize, String)], truths: &[Truth], t0: f64) -> Repo
                 kind: t.kind,
                 rank,
                 direction,
+                slowdown,
+                slowed_after_s,
                 named_after_s,
                 also_named,
             }
@@ -199,13 +236,18 @@ pub fn render(r: &Report) -> String {
             Some(x) => format!("named after {x:.1} s"),
             None => "NOT named".to_owned(),
         };
+        let slowed = match (v.slowdown, v.slowed_after_s) {
+            (Some(x), Some(a)) => format!("training x{x:.2}, slowed after {a:.1} s"),
+            (Some(x), None) => format!("training x{x:.2}"),
+            _ => "training not measured".to_owned(),
+        };
         let also = if v.also_named.is_empty() {
             String::new()
         } else {
             format!(", also named {:?}", v.also_named)
         };
         s += &format!(
-            "  episode {} {} on rank {} ({}): {named}{also}\n",
+            "  episode {} {} on rank {} ({}): {slowed}; {named}{also}\n",
             v.seq, v.kind, v.rank, v.direction
         );
     }

@@ -25,8 +25,6 @@ mod corpus;
 mod episodes;
 mod live;
 mod observe;
-#[cfg(test)]
-mod period_test;
 mod record;
 
 /// The lab's turn, for tests elsewhere in xtask that must not run while a lab records
@@ -580,6 +578,7 @@ fn drive(
                 &args.size.to_string(),
             ])
             .args(["--period-ms", &args.period_ms.to_string()])
+            .args(straggle_args(&sched, i))
             .args(["--duration", &args.duration_s().to_string()])
             .arg("--log")
             .arg(&log)
@@ -769,7 +768,16 @@ fn drive(
         println!("probe on rank {i}: {}", line.trim_start_matches("record: "));
     }
     if let Some(l) = live {
-        let r = live::report(&l.fired, &truths, t0);
+        let r = live::report(
+            &l.fired,
+            &live::Run {
+                truths: &truths,
+                t0,
+                iters: &iters,
+                calm_median_s: s.calm.iterations.median_s,
+                summary: &s,
+            },
+        );
         print!("{}", live::render(&r));
         live::write(out, &r)?;
         if let Err(e) = l.finish() {
@@ -794,6 +802,21 @@ fn drive(
         }
         None => Ok(()),
     }
+}
+
+/// `--straggle FROM:TO:FACTOR` for rank `rank`'s traingen, one per straggle episode of the
+/// schedule on it (offsets from the start of the traffic, which is when traingen starts).
+fn straggle_args(sched: &[Episode], rank: usize) -> Vec<String> {
+    sched
+        .iter()
+        .filter(|e| e.rank == rank)
+        .filter_map(|e| match e.params {
+            schedule::Params::Straggle { factor } => {
+                Some(format!("--straggle={}:{}:{factor}", e.start_s, e.end_s))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// `--congestion NAME` for traingen, nothing when empty.
@@ -852,6 +875,28 @@ mod tests {
         assert!(parse_size("4XB").is_err());
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    /// A straggle episode becomes a `--straggle` window of its rank's traingen, and only
+    /// of its rank's.
+    #[test]
+    fn straggle_episodes_become_traingen_windows() {
+        let ep = |rank, params| Episode {
+            seq: 0,
+            kind: Kind::Straggle,
+            rank,
+            start_s: 10.5,
+            end_s: 20.25,
+            params,
+            steps: Vec::new(),
+        };
+        let sched = [
+            ep(1, schedule::Params::Straggle { factor: 3 }),
+            ep(2, schedule::Params::Loss { percent: 5 }),
+        ];
+        assert_eq!(straggle_args(&sched, 1), ["--straggle=10.5:20.25:3"]);
+        assert!(straggle_args(&sched, 0).is_empty());
+        assert!(straggle_args(&sched, 2).is_empty());
     }
 
     #[test]

@@ -73,6 +73,10 @@ pub enum Kind {
     Squeeze,
     /// Paced senders on other ranks aimed at one rank's switch port, one more per step.
     Incast,
+    /// One rank computes several times slower (traingen `--straggle`): its network is
+    /// innocent, its peers wait. Not in the default deck (`Kind::ALL`), so that the seeds of
+    /// recorded corpora keep their schedules: ask for it with `--kinds`.
+    Straggle,
 }
 
 /// How an episode switches on.
@@ -112,12 +116,13 @@ impl Kind {
             Kind::Ramp => "ramp",
             Kind::Squeeze => "squeeze",
             Kind::Incast => "incast",
+            Kind::Straggle => "straggle",
         }
     }
 
     pub fn onset(self) -> Onset {
         match self {
-            Kind::Tbf | Kind::Cross | Kind::Loss => Onset::Abrupt,
+            Kind::Tbf | Kind::Cross | Kind::Loss | Kind::Straggle => Onset::Abrupt,
             Kind::Ramp | Kind::Squeeze | Kind::Incast => Onset::Gradual,
         }
     }
@@ -151,6 +156,10 @@ pub enum Params {
     },
     Loss {
         percent: u32,
+    },
+    Straggle {
+        /// How many times longer the rank's compute takes.
+        factor: u32,
     },
     Ramp {
         dst_rank: usize,
@@ -386,6 +395,9 @@ fn abrupt_params(plan: &Plan, rng: &mut SplitMix64, kind: Kind, rank: usize) -> 
         Kind::Loss => Params::Loss {
             percent: rng.pick(&[2, 5, 10]),
         },
+        Kind::Straggle => Params::Straggle {
+            factor: rng.pick(&[2, 3, 4]),
+        },
         Kind::Ramp | Kind::Squeeze | Kind::Incast => unreachable!("{kind} is gradual"),
     }
 }
@@ -472,7 +484,9 @@ fn gradual_levels(
             };
             (params, levels)
         }
-        Kind::Tbf | Kind::Cross | Kind::Loss => unreachable!("{kind} is abrupt"),
+        Kind::Tbf | Kind::Cross | Kind::Loss | Kind::Straggle => {
+            unreachable!("{kind} is abrupt")
+        }
     }
 }
 
@@ -596,6 +610,7 @@ mod tests {
                         ..
                     } => assert!(rate_mbit < from_mbit && from_mbit == base_mbit),
                     Params::Incast { port_mbit, .. } => assert_eq!(port_mbit, 1000),
+                    Params::Straggle { .. } => panic!("straggle is not in Kind::ALL"),
                 }
                 assert_eq!(e.steps.is_empty(), e.kind.onset() == Onset::Abrupt, "{e:?}");
                 prev_end = e.end_s;
@@ -612,6 +627,25 @@ mod tests {
             let mut kinds: Vec<_> = s.iter().take(3).map(|e| e.kind).collect();
             kinds.sort();
             assert_eq!(kinds, ABRUPT.to_vec(), "seed {seed}");
+        }
+    }
+
+    /// Straggle episodes come only when asked for: the default deck, and so the schedule of
+    /// every seed a corpus was recorded with, is the same as before the kind existed.
+    #[test]
+    fn straggle_only_when_asked() {
+        assert!(!Kind::ALL.contains(&Kind::Straggle));
+        let mut p = plan(7, 120.0);
+        p.kinds = vec![Kind::Straggle];
+        let s = build(&p);
+        assert!(!s.is_empty());
+        for e in &s {
+            assert_eq!(e.kind, Kind::Straggle);
+            assert!(
+                matches!(e.params, Params::Straggle { factor } if (2..=4).contains(&factor)),
+                "{e:?}"
+            );
+            assert!(e.steps.is_empty());
         }
     }
 
