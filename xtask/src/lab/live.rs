@@ -3,7 +3,7 @@
 //! the ranks train, the lab logs the job's culprit alerts (`alerts.jsonl`) and the scores
 //! behind them (`scores.jsonl`); at the end it holds them against the ground truth: which
 //! episode was named, how soon, with which host and direction, and what was named while no
-//! episode was on (docs/rules.md, "The job view").
+//! episode was on (docs/job.md, "How good it is").
 use super::episodes::Truth;
 use super::schedule::Kind;
 use super::summary::{Iter, Summary};
@@ -38,15 +38,15 @@ pub struct Live {
     alerts: JsonLines,
     scores: JsonLines,
     next: Instant,
+    ranks: usize,
     /// Every culprit alert seen firing: (unix time, rank, direction).
     pub fired: Vec<(f64, usize, String)>,
 }
 
-/// The rank a Prometheus `instance` label (`10.232.0.X:9464`) stands for.
-fn rank_of(instance: &str) -> Option<usize> {
-    let ip = instance.split(':').next()?;
-    let last: u8 = ip.strip_prefix("10.232.0.")?.parse().ok()?;
-    (1..254).contains(&last).then(|| usize::from(last) - 1)
+/// The rank a Prometheus `instance` label (`<rank address>:<port>`) stands for.
+fn rank_of(instance: &str, ranks: usize) -> Option<usize> {
+    let ip = instance.rsplit_once(':')?.0;
+    (0..ranks).find(|&i| rank_addr(i).to_string() == ip)
 }
 
 impl Live {
@@ -64,6 +64,7 @@ impl Live {
             alerts: JsonLines::create(&out.join("alerts.jsonl"))?,
             scores: JsonLines::create(&out.join("scores.jsonl"))?,
             next: Instant::now(),
+            ranks,
             fired: Vec::new(),
         })
     }
@@ -82,7 +83,7 @@ impl Live {
                 "t": now_unix, "state": a.state, "labels": a.labels,
             }))?;
             if a.state == "firing" {
-                if let Some(r) = a.label("instance").and_then(rank_of) {
+                if let Some(r) = a.label("instance").and_then(|i| rank_of(i, self.ranks)) {
                     let dir = a.label("direction").unwrap_or("").to_owned();
                     self.fired.push((now_unix, r, dir));
                 }
@@ -93,7 +94,7 @@ impl Live {
                 let Some(r) = labels
                     .get("instance")
                     .and_then(|i| i.as_str())
-                    .and_then(rank_of)
+                    .and_then(|i| rank_of(i, self.ranks))
                 else {
                     continue;
                 };
@@ -158,22 +159,20 @@ pub struct Report {
 /// What the report needs of the run besides the alerts.
 pub struct Run<'a> {
     pub truths: &'a [Truth],
-    /// Unix time the traffic started.
-    pub t0: f64,
     /// Every rank's iterations (traingen's log).
     pub iters: &'a [Iter],
-    pub calm_median_s: Option<f64>,
+    /// The run's summary: its start, its calm iterations, each episode's slowdown.
     pub summary: &'a Summary,
 }
 
 /// Holds the alerts seen against the ground truth.
 pub fn report(fired: &[(f64, usize, String)], run: &Run) -> Report {
-    let (truths, t0) = (run.truths, run.t0);
+    let (truths, t0) = (run.truths, run.summary.t0);
     let episodes = truths
         .iter()
         .filter(|t| !t.aborted)
         .map(|t| {
-            let slowed_after_s = run.calm_median_s.and_then(|calm| {
+            let slowed_after_s = run.summary.calm.iterations.median_s.and_then(|calm| {
                 run.iters
                     .iter()
                     .filter(|i| i.t_end >= t.t_start && i.t_end <= t.t_end)
@@ -266,4 +265,20 @@ pub fn render(r: &Report) -> String {
 pub fn write(out: &Path, r: &Report) -> Result<()> {
     std::fs::write(out.join("live.json"), serde_json::to_vec_pretty(r)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prometheus names a target `address:port`; only the lab's own ranks count.
+    #[test]
+    fn instances_map_to_their_ranks() {
+        let at = |i: usize| format!("{}:{}", rank_addr(i), record::PORT);
+        assert_eq!(rank_of(&at(0), 4), Some(0));
+        assert_eq!(rank_of(&at(3), 4), Some(3));
+        assert_eq!(rank_of(&at(4), 4), None);
+        assert_eq!(rank_of(&format!("{}:9090", switch_addr()), 4), None);
+        assert_eq!(rank_of("no-port", 4), None);
+    }
 }

@@ -772,9 +772,7 @@ fn drive(
             &l.fired,
             &live::Run {
                 truths: &truths,
-                t0,
                 iters: &iters,
-                calm_median_s: s.calm.iterations.median_s,
                 summary: &s,
             },
         );
