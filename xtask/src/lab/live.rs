@@ -22,12 +22,13 @@ pub const CULPRIT_ALERT: &str = "ProbeJobCulpritHost";
 const INTERVAL: &str = "1s";
 const PROM_PORT: u16 = 9090;
 /// The job's scores, logged every second for tuning and for the report.
-const SCORES: [&str; 5] = [
+const SCORES: [&str; 6] = [
     "probe:job_host_link_score",
     "probe:job_host_srtt_ratio:as_sender",
     "probe:job_host_srtt_ratio:as_receiver",
     "probe:job_host_egress_queue_share",
     "probe:job_host_retransmits:as_receiver",
+    "probe:job_host_retransmit_share:as_receiver",
 ];
 /// How long after an episode ends its queues may still drain and its alert still fire
 /// without counting as a false alarm.
@@ -39,8 +40,17 @@ pub struct Live {
     scores: JsonLines,
     next: Instant,
     ranks: usize,
-    /// Every culprit alert seen firing: (unix time, rank, direction).
-    pub fired: Vec<(f64, usize, String)>,
+    /// Every culprit alert seen firing.
+    pub fired: Vec<Fired>,
+}
+
+/// A culprit alert seen firing.
+pub struct Fired {
+    /// Unix time.
+    pub t: f64,
+    pub rank: usize,
+    pub direction: String,
+    pub cause: String,
 }
 
 /// The rank a Prometheus `instance` label (`<rank address>:<port>`) stands for.
@@ -84,8 +94,13 @@ impl Live {
             }))?;
             if a.state == "firing" {
                 if let Some(r) = a.label("instance").and_then(|i| rank_of(i, self.ranks)) {
-                    let dir = a.label("direction").unwrap_or("").to_owned();
-                    self.fired.push((now_unix, r, dir));
+                    let label = |k| a.label(k).unwrap_or("").to_owned();
+                    self.fired.push(Fired {
+                        t: now_unix,
+                        rank: r,
+                        direction: label("direction"),
+                        cause: label("cause"),
+                    });
                 }
             }
         }
@@ -152,8 +167,8 @@ pub struct Verdict {
 pub struct Report {
     pub episodes: Vec<Verdict>,
     /// Firing alerts seen while no episode was on (nor within the grace after one), as
-    /// (seconds after the traffic started, rank, direction).
-    pub calm_alarms: Vec<(f64, usize, String)>,
+    /// (seconds after the traffic started, rank, direction, cause).
+    pub calm_alarms: Vec<(f64, usize, String, String)>,
 }
 
 /// What the report needs of the run besides the alerts.
@@ -166,7 +181,7 @@ pub struct Run<'a> {
 }
 
 /// Holds the alerts seen against the ground truth.
-pub fn report(fired: &[(f64, usize, String)], run: &Run) -> Report {
+pub fn report(fired: &[Fired], run: &Run) -> Report {
     let (truths, t0) = (run.truths, run.summary.t0);
     let episodes = truths
         .iter()
@@ -189,14 +204,14 @@ pub fn report(fired: &[(f64, usize, String)], run: &Run) -> Report {
             let (rank, direction) = expected(t);
             let during = fired
                 .iter()
-                .filter(|(at, _, _)| *at >= t.t_start && *at <= t.t_end + AFTER_GRACE_S);
+                .filter(|f| f.t >= t.t_start && f.t <= t.t_end + AFTER_GRACE_S);
             let named_after_s = during
                 .clone()
-                .find(|(_, r, d)| *r == rank && d == direction)
-                .map(|(at, _, _)| at - t.t_start);
+                .find(|f| f.rank == rank && f.direction == direction)
+                .map(|f| f.t - t.t_start);
             let mut also_named: Vec<(usize, String)> = during
-                .filter(|(_, r, d)| !(*r == rank && d == direction))
-                .map(|(_, r, d)| (*r, d.clone()))
+                .filter(|f| !(f.rank == rank && f.direction == direction))
+                .map(|f| (f.rank, f.direction.clone()))
                 .collect();
             also_named.sort();
             also_named.dedup();
@@ -214,12 +229,12 @@ pub fn report(fired: &[(f64, usize, String)], run: &Run) -> Report {
         .collect();
     let calm_alarms = fired
         .iter()
-        .filter(|(at, _, _)| {
+        .filter(|f| {
             !truths
                 .iter()
-                .any(|t| *at >= t.t_start && *at <= t.t_end + AFTER_GRACE_S)
+                .any(|t| f.t >= t.t_start && f.t <= t.t_end + AFTER_GRACE_S)
         })
-        .map(|(at, r, d)| (at - t0, *r, d.clone()))
+        .map(|f| (f.t - t0, f.rank, f.direction.clone(), f.cause.clone()))
         .collect();
     Report {
         episodes,
@@ -255,7 +270,7 @@ pub fn render(r: &Report) -> String {
         r.calm_alarms.len(),
         r.calm_alarms
             .first()
-            .map(|(t, r, d)| format!(" (first at {t:.0} s: rank {r} {d})"))
+            .map(|(t, r, d, c)| format!(" (first at {t:.0} s: rank {r} {d} {c})"))
             .unwrap_or_default()
     );
     s
