@@ -548,8 +548,8 @@ pub(super) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The first seed whose 4-rank schedule (tbf only, calm gaps of 25-30 s) starts with a
-    /// tbf of at most 1/8 of the base rate, and that schedule.
+    /// The first seed whose 4-rank schedule (tbf only, calm gaps of `calm` s) has only tbfs
+    /// of at most 1/8 of the base rate, and that schedule.
     fn seed_with_a_deep_tbf_first(
         duration_s: f64,
         calm: (f64, f64),
@@ -589,8 +589,10 @@ pub(super) mod tests {
             return;
         }
         const N: usize = 4;
-        const DURATION_S: f64 = 60.0;
-        const CALM: (f64, f64) = (25.0, 30.0);
+        const DURATION_S: f64 = 70.0;
+        // The episode at 35-40 s: the job rules' calm level needs 20 samples, which it has
+        // about 26 s into a run here; on a slower machine an onset at 25 s fell inside them.
+        const CALM: (f64, f64) = (35.0, 40.0);
         let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
         let (seed, sched) = seed_with_a_deep_tbf_first(DURATION_S, CALM);
         eprintln!("lab test: seed {seed}, schedule {sched:?}");
