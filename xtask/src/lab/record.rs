@@ -550,7 +550,7 @@ pub(super) mod tests {
 
     /// The first seed whose 4-rank schedule (tbf only, calm gaps of `calm` s) has only tbfs
     /// of at most 1/8 of the base rate, and that schedule.
-    fn seed_with_a_deep_tbf_first(
+    fn seed_with_only_deep_tbfs(
         duration_s: f64,
         calm: (f64, f64),
     ) -> (u64, Vec<schedule::Episode>) {
@@ -594,7 +594,7 @@ pub(super) mod tests {
         // about 26 s into a run here; on a slower machine an onset at 25 s fell inside them.
         const CALM: (f64, f64) = (35.0, 40.0);
         let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
-        let (seed, sched) = seed_with_a_deep_tbf_first(DURATION_S, CALM);
+        let (seed, sched) = seed_with_only_deep_tbfs(DURATION_S, CALM);
         eprintln!("lab test: seed {seed}, schedule {sched:?}");
         let dir = std::env::temp_dir().join(format!("lab-per-rank-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
