@@ -112,6 +112,21 @@ fn bad_recordings_are_one_line() {
     std::fs::write(&junk, b"not a parquet file at all").unwrap();
     let o = analyze(&[junk.as_os_str(), "--out".as_ref(), d.join("o").as_os_str()]);
     assert_cli_error(&o, &["junk.parquet", "not a Parquet file"]);
+    // A host's address for the job's culprits: NAME=ADDRESS, NAME one of the recordings.
+    for (bad, said) in [
+        ("junk", "expected NAME=ADDRESS"),
+        ("junk=10.0.0", "expected NAME=ADDRESS"),
+        ("other=10.0.0.1", "no recording is named `other`"),
+    ] {
+        let o = analyze(&[
+            junk.as_os_str(),
+            "--address".as_ref(),
+            bad.as_ref(),
+            "--out".as_ref(),
+            d.join("o").as_os_str(),
+        ]);
+        assert_cli_error(&o, &[bad, said]);
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

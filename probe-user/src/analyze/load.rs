@@ -25,9 +25,12 @@ pub struct Recording {
 pub struct Lab {
     pub pattern: String,
     pub ranks: usize,
-    /// The recorded rank's own address (rank 0 in the lab).
+    /// The recorded rank's own address: rank 0's for the run's own recording, rank i's for
+    /// its `rank<i>/` (one probe per rank).
     pub addr: Option<String>,
-    /// traingen's logged iteration durations of rank 0, seconds.
+    /// Every rank's address, by rank.
+    pub rank_addrs: Vec<String>,
+    /// traingen's logged iteration durations of the recorded rank, seconds.
     pub iterations: Vec<f64>,
     pub episodes: Vec<Episode>,
 }
@@ -91,11 +94,11 @@ impl Recording {
             );
             Vec::new()
         };
-        let lab = match path.parent().map(|d| d.join("lab.json")) {
-            Some(f) if f.exists() => Some(read_lab(&f).with_context(|| {
+        let lab = match lab_file(&path) {
+            Some((f, rank)) => Some(read_lab(&f, rank).with_context(|| {
                 format!("{} looks like a lab run but does not read", f.display())
             })?),
-            _ => None,
+            None => None,
         };
         Ok(Recording {
             name: name_of(&path),
@@ -135,12 +138,35 @@ struct Iteration {
     duration_s: f64,
 }
 
-fn read_lab(file: &Path) -> Result<Lab> {
+/// The lab run a recording belongs to, and its rank: a run's own `recording.parquet` is rank
+/// 0's, `rank<i>/recording.parquet` rank i's (`cargo xtask lab --probe-per-rank`).
+fn lab_file(recording: &Path) -> Option<(PathBuf, usize)> {
+    let dir = recording.parent()?;
+    if dir.join("lab.json").exists() {
+        return Some((dir.join("lab.json"), 0));
+    }
+    let rank = dir
+        .file_name()?
+        .to_str()?
+        .strip_prefix("rank")?
+        .parse()
+        .ok()?;
+    let f = dir.parent()?.join("lab.json");
+    f.exists().then_some((f, rank))
+}
+
+fn read_lab(file: &Path, rank: usize) -> Result<Lab> {
     let dir = file.parent().unwrap_or(Path::new("."));
     let lab: LabJson = serde_json::from_slice(&std::fs::read(file)?)?;
-    let rank0 = lab.rank_info.iter().find(|r| r.rank == 0);
+    let me = lab.rank_info.iter().find(|r| r.rank == rank);
+    let mut rank_addrs = vec![String::new(); lab.ranks];
+    for r in &lab.rank_info {
+        if let Some(a) = rank_addrs.get_mut(r.rank) {
+            a.clone_from(&r.addr);
+        }
+    }
     let mut iterations = Vec::new();
-    if let Some(r) = rank0 {
+    if let Some(r) = me {
         let log = dir.join(&r.log);
         if let Ok(text) = std::fs::read_to_string(&log) {
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -163,7 +189,8 @@ fn read_lab(file: &Path) -> Result<Lab> {
     Ok(Lab {
         pattern: lab.pattern,
         ranks: lab.ranks,
-        addr: rank0.map(|r| r.addr.clone()),
+        addr: me.map(|r| r.addr.clone()),
+        rank_addrs,
         iterations,
         episodes,
     })

@@ -6,6 +6,7 @@
 mod changes;
 mod cluster;
 mod compare;
+mod culprit;
 mod labcheck;
 mod load;
 mod pattern;
@@ -32,6 +33,12 @@ pub struct AnalyzeArgs {
     /// Recordings of another job or run to compare with.
     #[arg(long, value_name = "REC", num_args = 1..)]
     pub compare: Vec<PathBuf>,
+
+    /// The address a host's peers name it by, as NAME=ADDRESS (NAME: the recording's file
+    /// name without `.parquet`); for recordings of several hosts whose own address cannot
+    /// be inferred (lab runs know theirs).
+    #[arg(long, value_name = "NAME=ADDRESS")]
+    pub address: Vec<String>,
 
     /// Directory for the reports (created).
     #[arg(
@@ -435,14 +442,19 @@ fn write_doc(dir: &std::path::Path, d: &report::Doc) -> Result<()> {
     Ok(())
 }
 
-/// The job across hosts: the bytes each host sent to each address.
-fn job_report(out: &Path, group: &[(Recording, Analysis)]) -> Result<()> {
+/// The job across hosts: the bytes each host sent to each address, and the hosts that
+/// slowed it.
+fn job_report(out: &Path, group: &[(Recording, Analysis)], addresses: &[String]) -> Result<()> {
     let hosts: Vec<(String, Option<String>, &traffic::Matrix)> = group
         .iter()
         .map(|(r, a)| {
+            let given = addresses
+                .iter()
+                .find_map(|x| x.strip_prefix(&format!("{}=", r.name)))
+                .map(str::to_owned);
             (
                 r.name.clone(),
-                r.lab.as_ref().and_then(|l| l.addr.clone()),
+                given.or_else(|| r.lab.as_ref().and_then(|l| l.addr.clone())),
                 &a.matrix,
             )
         })
@@ -464,12 +476,158 @@ fn job_report(out: &Path, group: &[(Recording, Analysis)]) -> Result<()> {
             })
             .collect(),
     );
-    write_doc(&out.join("job"), &d)?;
-    std::fs::write(
-        out.join("job").join("matrix.json"),
-        serde_json::to_vec_pretty(&jm)?,
-    )?;
+    let dir = out.join("job");
+    let culprits = culprit_section(&mut d, group, &jm.hosts)?;
+    write_doc(&dir, &d)?;
+    std::fs::write(dir.join("matrix.json"), serde_json::to_vec_pretty(&jm)?)?;
+    if let Some(c) = culprits {
+        std::fs::write(dir.join("culprits.json"), serde_json::to_vec_pretty(&c)?)?;
+    }
+    eprintln!("analyze: the job -> {}", dir.join("report.html").display());
     Ok(())
+}
+
+#[derive(Serialize)]
+struct JobCulprits {
+    culprits: Vec<culprit::Culprit>,
+    lab_check: Option<culprit::LabVerdicts>,
+}
+
+/// The hosts that slowed the job, by the live alert's scores, each with a heat map.
+fn culprit_section(
+    d: &mut report::Doc,
+    group: &[(Recording, Analysis)],
+    names: &[String],
+) -> Result<Option<JobCulprits>> {
+    d.h(1, "Which host slowed the job, and which way");
+    let hosts: Vec<culprit::Host> = group
+        .iter()
+        .zip(names)
+        .filter(|(_, a)| a.parse::<std::net::IpAddr>().is_ok())
+        .map(|((r, _), a)| culprit::Host {
+            name: r.name.clone(),
+            addr: a.clone(),
+            rec: r,
+        })
+        .collect();
+    if hosts.len() < 2 {
+        d.p("Not known: fewer than two recordings with a known address (give each host's with `--address NAME=ADDRESS`).");
+        return Ok(None);
+    }
+    let unnamed: Vec<&str> = group
+        .iter()
+        .filter(|(r, _)| !hosts.iter().any(|h| h.name == r.name))
+        .map(|(r, _)| r.name.as_str())
+        .collect();
+    let sc = culprit::scores(&hosts);
+    let found = culprit::culprits(&sc);
+    d.p(format!(
+        "The live alert `ProbeJobCulpritHost` (rules/job.rules.yml, docs/job.md) evaluated at every tick ({:.1} s) of {} hosts' recordings: a host is named **egress** when its RTT towards the job's hosts is over {}x its calm level (the upper quartile of the last hour) and its own qdisc holds more than a quarter of it, **ingress** when its connections are slowed both ways while its qdisc is calm (the queue is on what reaches it), or when over 1% of the segments sent to it are retransmitted. Namings of one host and direction less than {:.0} s apart are one row.{}",
+        sc.tick_s,
+        hosts.len(),
+        culprit::RATIO,
+        culprit::MERGE_S,
+        if unnamed.is_empty() {
+            String::new()
+        } else {
+            format!(" Left out, their address unknown: {}.", unnamed.join(", "))
+        }
+    ));
+    let t0 = sc.t0;
+    let rel = |t: f64| format!("{:.0} s", t - t0);
+    d.table(
+        &["host", "direction", "cause", "from", "to", "evidence at its peak"],
+        found
+            .iter()
+            .map(|c| {
+                let e = &c.evidence;
+                vec![
+                    format!("**{}**", c.host),
+                    c.direction.into(),
+                    c.causes.join(", "),
+                    rel(c.from_unix),
+                    rel(c.to_unix),
+                    format!(
+                        "at {}: RTT x{} as sender, x{} as receiver; own qdisc {}% of its RTT; retransmits {}% of the segments sent to it",
+                        rel(c.peak_unix),
+                        num(e.as_sender, 1),
+                        num(e.as_receiver, 1),
+                        num(100.0 * e.egress_share, 0),
+                        num(100.0 * e.retransmit_share, 2)
+                    ),
+                ]
+            })
+            .collect(),
+    );
+    if found.is_empty() {
+        d.p("No host was named.");
+    }
+    let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("drawing a figure: {e}");
+    const MAPS: usize = 12;
+    for (n, c) in found.iter().take(MAPS).enumerate() {
+        let title = format!(
+            "{} {} at {}: srtt over calm, host x host",
+            c.host,
+            c.direction,
+            rel(c.peak_unix)
+        );
+        d.figure(
+            format!("culprit-{}.svg", n + 1),
+            plots::heat_map(&title, &sc.hosts, &c.matrix).map_err(err)?,
+        );
+    }
+    if found.len() > MAPS {
+        d.p(format!("Heat maps of the first {MAPS} only."));
+    }
+    let lab_check = group
+        .iter()
+        .find_map(|(r, _)| r.lab.as_ref())
+        .map(|l| culprit::against_lab(&sc, l));
+    if let Some(v) = &lab_check {
+        lab_verdicts(d, v);
+    }
+    Ok(Some(JobCulprits {
+        culprits: found,
+        lab_check,
+    }))
+}
+
+/// A lab run's episodes and what the culprits said of each.
+fn lab_verdicts(d: &mut report::Doc, v: &culprit::LabVerdicts) {
+    d.h(2, "Against the lab's episodes");
+    d.p("Each episode's culprit is the host the lab acted on: its egress for a tbf, a squeeze or cross traffic it sends, its ingress for incast and loss (compute stragglers are not scored). Named: the first tick it was named while the episode was on or up to 15 s after.");
+    d.table(
+        &[
+            "episode",
+            "from",
+            "to",
+            "culprit",
+            "named after",
+            "others named",
+        ],
+        v.episodes
+            .iter()
+            .map(|e| {
+                vec![
+                    e.kind.clone(),
+                    format!("{:.0} s", e.from_s),
+                    format!("{:.0} s", e.to_s),
+                    format!("rank {} ({}) {}", e.rank, e.host, e.direction),
+                    e.named_after_s
+                        .map_or("**no**".into(), |x| format!("{x:.0} s")),
+                    e.also_named
+                        .iter()
+                        .map(|(h, d)| format!("{h} {d}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ]
+            })
+            .collect(),
+    );
+    d.p(format!(
+        "Calm: a host named in {} of {} ticks outside the episodes.",
+        v.calm_ticks_named, v.calm_ticks
+    ));
 }
 
 /// One recording against another: medians and a Mann-Whitney test per measure.
@@ -516,6 +674,20 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
             })
             .collect()
     };
+    for x in &args.address {
+        match x.split_once('=') {
+            Some((name, addr)) if addr.parse::<std::net::IpAddr>().is_ok() => {
+                if !args
+                    .recordings
+                    .iter()
+                    .any(|p| load::name_of(&load::resolve(p)) == name)
+                {
+                    bail!("--address {x}: no recording is named `{name}`");
+                }
+            }
+            _ => bail!("--address {x}: expected NAME=ADDRESS, e.g. host-a=10.0.0.1"),
+        }
+    }
     let group = load(&args.recordings)?;
     let other = load(&args.compare)?;
     let mut names: Vec<&str> = group
@@ -562,7 +734,7 @@ pub fn main(args: AnalyzeArgs) -> Result<()> {
         }
     }
     if group.len() > 1 {
-        job_report(&args.out, &group)?;
+        job_report(&args.out, &group, &args.address)?;
     }
     if let (Some(a), Some(b)) = (group.first(), other.first()) {
         compare_report(&args.out, a, b)?;

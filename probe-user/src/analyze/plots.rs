@@ -248,3 +248,62 @@ pub fn burst_sizes(name: &str, tm: &Timing) -> Result<String, Box<dyn Error>> {
     }
     Ok(out)
 }
+
+/// The colour of an srtt ratio: white at its calm level (1), deepening to red at 8x and
+/// more, to blue below it; grey where the host sends nothing to that host.
+fn ratio_colour(r: f64) -> RGBColor {
+    if !r.is_finite() {
+        return RGBColor(235, 235, 235);
+    }
+    let x = r.log2().clamp(-3.0, 3.0) / 3.0;
+    let fade = |c: u8, k: f64| (255.0 - (255.0 - c as f64) * k).round() as u8;
+    if x >= 0.0 {
+        RGBColor(fade(214, x), fade(39, x), fade(40, x))
+    } else {
+        RGBColor(fade(31, -x), fade(119, -x), fade(180, -x))
+    }
+}
+
+/// A host x host heat map of each host's srtt towards each other over its calm level: the
+/// row of the culprit's egress and the column of its ingress stand out.
+pub fn heat_map(title: &str, hosts: &[String], m: &[Vec<f64>]) -> Result<String, Box<dyn Error>> {
+    let n = hosts.len();
+    let cell = (480 / n.max(1)).clamp(40, 90) as i32;
+    let (left, top) = (130, 70);
+    let size = (
+        (left + cell * n as i32 + 30) as u32,
+        (top + cell * n as i32 + 40) as u32,
+    );
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let text = |s: &str, at: (i32, i32), size: i32| {
+            Text::new(s.to_owned(), at, (FONT, size).into_font().color(&BLACK))
+        };
+        root.draw(&text(title, (10, 8), 15))?;
+        root.draw(&text(
+            "rows: the host sending; columns: the host it sends to; x calm srtt",
+            (10, 30),
+            12,
+        ))?;
+        for (i, h) in hosts.iter().enumerate() {
+            let y = top + cell * i as i32;
+            root.draw(&text(h, (8, y + cell / 2 - 6), 12))?;
+            let x = left + cell * i as i32;
+            root.draw(&text(h, (x + 2, top - 16), 10))?;
+            for (j, r) in m.get(i).into_iter().flatten().enumerate() {
+                let x = left + cell * j as i32;
+                root.draw(&Rectangle::new(
+                    [(x, y), (x + cell - 2, y + cell - 2)],
+                    ratio_colour(*r).filled(),
+                ))?;
+                if r.is_finite() {
+                    root.draw(&text(&format!("{r:.1}"), (x + 6, y + cell / 2 - 6), 13))?;
+                }
+            }
+        }
+        root.present()?;
+    }
+    Ok(out)
+}

@@ -580,8 +580,8 @@ pub(super) mod tests {
     /// rank's ring connections (one to the next rank, one from the previous, as traingen
     /// makes them) and no other rank's, though all share one kernel; while one rank's
     /// egress is squeezed, the job's culprit alert names that rank and its egress within 10
-    /// s and no other rank, and nothing while calm; the lab leaves no cgroup and no
-    /// namespace behind.
+    /// s and no other rank, and nothing while calm; `probe analyze` of the ranks'
+    /// recordings names the same; the lab leaves no cgroup and no namespace behind.
     #[test]
     fn every_rank_records_its_own_connections_and_prometheus_names_the_culprit() {
         if !crate::build::is_root() {
@@ -670,6 +670,45 @@ pub(super) mod tests {
                 "rank {r}: peers with open connections, and how many"
             );
         }
+
+        // The culprit, offline: `probe analyze` of every rank's recording, by the alert's
+        // scores evaluated at each tick, names the same host and direction and no other.
+        let out = dir.join("analysis");
+        let probe = std::env::var_os("PROBE_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| crate::build::target_dir().join("debug").join("probe"));
+        let o = std::process::Command::new(probe)
+            .arg("analyze")
+            .args((0..N).map(|r| rank_dir(&dir, r)))
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("probe analyze runs");
+        assert!(
+            o.status.success(),
+            "probe analyze: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let found: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("job").join("culprits.json")).unwrap())
+                .unwrap();
+        let check = &found["lab_check"];
+        eprintln!("lab test: probe analyze: {check}");
+        let episodes = check["episodes"].as_array().unwrap();
+        assert_eq!(episodes.len(), sched.len(), "every episode is judged");
+        for e in episodes {
+            assert_eq!(e["host"], addr(e["rank"].as_u64().unwrap() as usize));
+            assert!(
+                e["named_after_s"].as_f64().is_some_and(|s| s <= 10.0),
+                "episode {e}: probe analyze did not name rank {} egress within 10 s",
+                e["rank"]
+            );
+            assert_eq!(e["also_named"], serde_json::json!([]), "episode {e}");
+        }
+        assert_eq!(
+            check["calm_ticks_named"], 0,
+            "probe analyze named a host in calm"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
