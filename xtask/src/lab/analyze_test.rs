@@ -15,19 +15,13 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::{
-    record::tests::{read_recording, recorded_args, LAB},
+    record::tests::{probe_ok, read_recording, recorded_args, LAB},
     run,
     schedule::Kind,
     summary, LabArgs, OnOff, Pattern,
 };
 
 const TOLERANCE: f64 = 0.10;
-
-fn probe_bin() -> PathBuf {
-    std::env::var_os("PROBE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::build::target_dir().join("debug").join("probe"))
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -58,18 +52,12 @@ fn lab_run(
 
 /// `probe analyze DIR --out OUT`; the analysis of DIR.
 fn analyze(dir: &Path, out: &Path) -> Value {
-    let o = std::process::Command::new(probe_bin())
-        .arg("analyze")
-        .arg(dir)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("probe analyze runs");
-    assert!(
-        o.status.success(),
-        "probe analyze: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    probe_ok([
+        "analyze".as_ref(),
+        dir.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
     let name = dir.file_name().unwrap();
     serde_json::from_slice(&std::fs::read(out.join(name).join("analysis.json")).unwrap()).unwrap()
 }
@@ -86,18 +74,13 @@ const PERIOD_WARMUP_S: f64 = 8.0;
 /// peers that carry the job's traffic (those rank 0 exchanged most of its bytes with).
 fn feature_period(dir: &Path) -> Option<f64> {
     let features = dir.join("features.parquet");
-    let out = std::process::Command::new(probe_bin())
-        .args(["features", "--data"])
-        .arg(dir.join("recording.parquet"))
-        .arg("--out")
-        .arg(&features)
-        .output()
-        .expect("probe features runs");
-    assert!(
-        out.status.success(),
-        "probe features: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    probe_ok([
+        "features".as_ref(),
+        "--data".as_ref(),
+        dir.join("recording.parquet").as_os_str(),
+        "--out".as_ref(),
+        features.as_os_str(),
+    ]);
     let (_, rows) = read_recording(&features);
     let t0 = rows.iter().map(|r| r.t).fold(f64::INFINITY, f64::min);
     let bytes = |e: &str| -> f64 {

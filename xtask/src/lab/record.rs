@@ -244,6 +244,28 @@ pub(super) mod tests {
     const DURATION_S: f64 = 20.0;
     const LINK_MBIT: u32 = 1000;
 
+    /// `probe ARGS` (the probe from `PROBE_BIN`, or the debug build), which must succeed.
+    pub(in crate::lab) fn probe_ok<S: AsRef<std::ffi::OsStr>>(
+        args: impl IntoIterator<Item = S>,
+    ) -> std::process::Output {
+        let bin = std::env::var_os("PROBE_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| crate::build::target_dir().join("debug").join("probe"));
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let o = std::process::Command::new(bin)
+            .args(&args)
+            .output()
+            .expect("probe runs");
+        assert!(
+            o.status.success(),
+            "probe {:?}: {}",
+            args,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    }
+
     /// The column names docs/recording.md lists, in order.
     fn documented_columns() -> Vec<String> {
         let text = std::fs::read_to_string(crate::build::root().join("docs/recording.md"))
@@ -674,21 +696,10 @@ pub(super) mod tests {
         // The culprit, offline: `probe analyze` of every rank's recording, by the alert's
         // scores evaluated at each tick, names the same host and direction and no other.
         let out = dir.join("analysis");
-        let probe = std::env::var_os("PROBE_BIN")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| crate::build::target_dir().join("debug").join("probe"));
-        let o = std::process::Command::new(probe)
-            .arg("analyze")
-            .args((0..N).map(|r| rank_dir(&dir, r)))
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .expect("probe analyze runs");
-        assert!(
-            o.status.success(),
-            "probe analyze: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let mut args: Vec<std::ffi::OsString> = vec!["analyze".into()];
+        args.extend((0..N).map(|r| rank_dir(&dir, r).into_os_string()));
+        args.extend(["--out".into(), out.clone().into_os_string()]);
+        probe_ok(args);
         let found: serde_json::Value =
             serde_json::from_slice(&std::fs::read(out.join("job").join("culprits.json")).unwrap())
                 .unwrap();
