@@ -45,7 +45,6 @@ pub struct Host<'a> {
 }
 
 /// The scores of every host at every tick (NaN: not known), as the rules record them.
-#[derive(Serialize)]
 pub struct Scores {
     /// Start of tick 0 (Unix seconds) and the tick length.
     pub t0: f64,
@@ -59,7 +58,6 @@ pub struct Scores {
     pub retransmit_share: Vec<Vec<f64>>,
     pub retransmits: Vec<Vec<f64>>,
     /// ratio[i][j][k]: host i's srtt towards host j over its calm level at tick k.
-    #[serde(skip)]
     pub ratio: Vec<Vec<Vec<f64>>>,
 }
 
