@@ -12,14 +12,16 @@ pub fn median(v: &mut [f64]) -> Option<f64> {
     }
 }
 
-/// The `q` quantile (nearest rank, 0 <= q <= 1) of `v` (sorted in place); None if empty.
+/// The `q` quantile (nearest rank, 0 <= q <= 1) of `v` (reordered in place); None if
+/// empty. A selection, not a sort: the labels take one per tick over a window of values.
 pub fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    Some(v[i.min(v.len() - 1)])
+    let i = (((v.len() - 1) as f64 * q).round() as usize).min(v.len() - 1);
+    // Under total_cmp, equal means the same bits: the value a sort would put at i.
+    let (_, at, _) = v.select_nth_unstable_by(i, f64::total_cmp);
+    Some(*at)
 }
 
 #[cfg(test)]

@@ -686,16 +686,19 @@ fn intervals(
     caught_by_rec: &[Vec<(usize, usize)>],
 ) {
     let n = cols.len();
+    let resample = metrics::Resample::new(groups);
+    let ranked: Vec<metrics::Ranked> = cols
+        .iter()
+        .map(|c| {
+            let sc: Vec<f64> = known.iter().map(|&r| c.score[r]).collect();
+            metrics::Ranked::new(&sc, lb)
+        })
+        .collect();
     let samples = metrics::bootstrap(groups.len(), BOOTSTRAP_REPS, 1, |drawn| {
-        let rows: Vec<usize> = drawn
-            .iter()
-            .flat_map(|&g| groups[g].iter().copied())
-            .collect();
-        let y: Vec<bool> = rows.iter().map(|&k| lb[k]).collect();
+        let w = resample.weights(drawn);
         let mut v = Vec::with_capacity(2 * n);
-        for c in cols {
-            let sc: Vec<f64> = rows.iter().map(|&k| c.score[known[k]]).collect();
-            v.push(metrics::average_precision(&sc, &y).unwrap_or(f64::NAN));
+        for r in &ranked {
+            v.push(r.average_precision(&w).unwrap_or(f64::NAN));
         }
         for per_rec in caught_by_rec {
             let (k, total) = drawn

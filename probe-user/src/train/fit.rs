@@ -804,17 +804,14 @@ fn gate(
         Some(_) => {}
     }
     let (_, groups) = eval::bootstrap_groups(t, rows);
+    let resample = metrics::Resample::new(&groups);
+    let model = metrics::Ranked::new(score, label);
     for (name, base) in eval::baseline_scores(t, s, horizon_s, rows)? {
+        let base = metrics::Ranked::new(&base, label);
         let samples = metrics::bootstrap(groups.len(), eval::BOOTSTRAP_REPS, 1, |drawn| {
-            let ks: Vec<usize> = drawn
-                .iter()
-                .flat_map(|&g| groups[g].iter().copied())
-                .collect();
-            let y: Vec<bool> = ks.iter().map(|&k| label[k]).collect();
-            let m: Vec<f64> = ks.iter().map(|&k| score[k]).collect();
-            let b: Vec<f64> = ks.iter().map(|&k| base[k]).collect();
+            let w = resample.weights(drawn);
             Some(vec![
-                metrics::average_precision(&m, &y)? - metrics::average_precision(&b, &y)?,
+                model.average_precision(&w)? - base.average_precision(&w)?,
             ])
         });
         let d: Vec<f64> = samples.iter().map(|v| v[0]).collect();
