@@ -1,4 +1,4 @@
-//! Builds the eBPF object (probe-ebpf's `probe` binary, target bpfel-unknown-none) with
+//! Builds the eBPF object (probe-ebpf's `probe-ebpf` binary, target bpfel-unknown-none) with
 //! aya-build, so `cargo build -p probe-user` is the only build command. Needs the nightly
 //! toolchain with rust-src and bpf-linker: `cargo xtask setup` installs both.
 use anyhow::{anyhow, Context as _};
@@ -14,7 +14,7 @@ fn main() -> anyhow::Result<()> {
     // the parsers the fuzz targets call never load the object, so an empty one stands in.
     println!("cargo:rustc-check-cfg=cfg(fuzzing)");
     if std::env::var_os("CARGO_CFG_FUZZING").is_some() {
-        let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("probe");
+        let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("probe-ebpf");
         std::fs::write(&out, b"").with_context(|| format!("cannot write {}", out.display()))?;
         return Ok(());
     }
@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
         aya_build::Toolchain::Custom(EBPF_TOOLCHAIN),
     )
     .with_context(|| format!("building the eBPF programs failed (run `cargo xtask setup` to install {EBPF_TOOLCHAIN} with rust-src and bpf-linker)"))?;
-    strip_dwarf(&std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("probe"))
+    strip_dwarf(&std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("probe-ebpf"))
 }
 
 /// LLVM's objcopy: the one of the LLVM bpf-linker is built against (`cargo xtask setup`),

@@ -19,7 +19,8 @@ use crate::{
 };
 
 /// The compiled eBPF object, embedded at build time by build.rs.
-pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe"));
+pub(crate) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe-ebpf"));
 
 /// The programs run on this machine's CPU: on x86-64 they publish a burst-end ring's head
 /// with a plain store (see probe_ebpf::RingPos).
