@@ -16,13 +16,17 @@ use crate::observe::{INTERFACE, PEER};
 /// An srtt counts only while its connection took RTT samples, at least one a second over
 /// the last 2 minutes (`probe:tcp_srtt_seconds:active`).
 const ACTIVE_WINDOW_S: f64 = 120.0;
-/// The calm level: this quantile of the last hour's active srtt...
-const CALM_QUANTILE: f64 = 0.75;
+/// The calm level: this quantile of the last hour's active srtt, learnt while no host of the
+/// job is named (for up to this long of a naming)...
+const CALM_QUANTILE: f64 = 0.5;
+const CALM_PAUSE_S: f64 = 600.0;
 const CALM_WINDOW_S: f64 = 3600.0;
 /// ...once it has this many samples.
 const CALM_MIN_SAMPLES: usize = 20;
-/// RTT over its calm level that names a host.
+/// RTT over its calm level that names a host...
 pub const RATIO: f64 = 2.0;
+/// ...when it is also this many times the job's lowest host's.
+const STAND_OUT: f64 = 2.0;
 /// Share of its RTT that a host's own qdisc holds for its egress to be the queue.
 const EGRESS_SHARE: f64 = 0.25;
 /// Retransmits towards a host, as a share of the segments sent to it, and per second.
@@ -228,18 +232,20 @@ fn active(t: &Towards, g: &Grid) -> Vec<f64> {
         .collect()
 }
 
-/// The calm level of an active srtt: the upper quartile of its last hour, once it has 20
-/// samples (`probe:tcp_srtt_seconds:active_baseline1h`).
-fn calm(srtt: &[f64], g: &Grid) -> Vec<f64> {
+/// The calm level of an active srtt: the median of its last hour's ticks that are not
+/// `paused`, once it has 20 (`probe:tcp_srtt_seconds:active_baseline1h` over
+/// `probe:tcp_srtt_seconds:active_calm`).
+fn calm(srtt: &[f64], g: &Grid, paused: &[bool]) -> Vec<f64> {
     let w = g.ticks(CALM_WINDOW_S);
     let mut window: Vec<f64> = Vec::new();
     let mut out = Vec::with_capacity(srtt.len());
+    let learnt = |k: usize| srtt[k].is_finite() && !paused[k];
     for k in 0..srtt.len() {
-        if srtt[k].is_finite() {
+        if learnt(k) {
             let at = window.partition_point(|x| *x < srtt[k]);
             window.insert(at, srtt[k]);
         }
-        if k >= w && srtt[k - w].is_finite() {
+        if k >= w && learnt(k - w) {
             let old = srtt[k - w];
             let at = window.partition_point(|x| *x < old);
             window.remove(at);
@@ -267,23 +273,78 @@ fn recent_mean(v: &[f64], k: usize, w: usize) -> f64 {
     }
 }
 
-/// Every host's scores at every tick.
+/// Every host's scores at every tick. The calm levels learn only at ticks where no host was
+/// named at the tick before (the live rules read the alert's `ALERTS_FOR_STATE` of the
+/// last evaluation), and what is named depends on the calm levels: the pauses are found by
+/// computing the scores again with the pauses they imply until nothing changes. Each tick
+/// depends only on the ticks before it, so this ends (within as many rounds as ticks; on
+/// the lab's runs after 1-3) at the pauses a tick-by-tick evaluation gives.
 pub fn scores(hosts: &[Host]) -> Scores {
     let g = Grid::of(hosts);
     let addrs: Vec<String> = hosts.iter().map(|h| h.addr.clone()).collect();
     let views: Vec<View> = hosts.iter().map(|h| view(h, &addrs, &g)).collect();
-    let m = hosts.len();
+    // Host i's active srtt towards host j, as (i, j, srtt).
+    let active: Vec<(usize, usize, Vec<f64>)> = views
+        .iter()
+        .enumerate()
+        .flat_map(|(i, v)| v.towards.iter().map(move |(&j, t)| (i, j, t)))
+        .map(|(i, j, t)| (i, j, active(t, &g)))
+        .collect();
+    let mut paused = vec![false; g.n];
+    loop {
+        let sc = scores_paused(&g, &addrs, &views, &active, &paused);
+        let next = pauses(&sc);
+        if next == paused {
+            return sc;
+        }
+        paused = next;
+    }
+}
+
+/// The ticks whose srtt the calm levels do not learn: some host of the job was named at the
+/// tick before (the alert pending or firing) and had been for at most 10 minutes.
+fn pauses(sc: &Scores) -> Vec<bool> {
+    let w = ((WINDOW_S / sc.tick_s).round() as usize).max(1);
+    let n = sc.link.first().map_or(0, Vec::len);
+    let mut out = vec![false; n];
+    // Since which tick each (host, direction, cause) has held, as the alert's active time.
+    let mut since: BTreeMap<(usize, &str, &str), usize> = BTreeMap::new();
+    for (k, paused) in out.iter_mut().enumerate().skip(1) {
+        let now: Vec<(usize, &str, &str)> = (0..sc.hosts.len())
+            .flat_map(|i| {
+                conditions(sc, i, k - 1, w)
+                    .into_iter()
+                    .map(move |(d, c)| (i, d, c))
+            })
+            .collect();
+        since.retain(|key, _| now.contains(key));
+        for key in now {
+            since.entry(key).or_insert(k - 1);
+        }
+        // `time() - ALERTS_FOR_STATE < 600`, at tick k.
+        *paused = since
+            .values()
+            .any(|&from| (k - from) as f64 * sc.tick_s < CALM_PAUSE_S);
+    }
+    out
+}
+
+fn scores_paused(
+    g: &Grid,
+    addrs: &[String],
+    views: &[View],
+    active: &[(usize, usize, Vec<f64>)],
+    paused: &[bool],
+) -> Scores {
+    let m = addrs.len();
     let w = g.ticks(WINDOW_S);
     let nan = || vec![f64::NAN; g.n];
     let mut ratio = vec![vec![nan(); m]; m];
     let mut srtt = vec![vec![nan(); m]; m];
-    for (i, v) in views.iter().enumerate() {
-        for (&j, t) in &v.towards {
-            let s = active(t, &g);
-            let c = calm(&s, &g);
-            ratio[i][j] = s.iter().zip(&c).map(|(a, b)| a / b).collect();
-            srtt[i][j] = s;
-        }
+    for (i, j, s) in active {
+        let c = calm(s, g, paused);
+        ratio[*i][*j] = s.iter().zip(&c).map(|(a, b)| a / b).collect();
+        srtt[*i][*j] = s.clone();
     }
     let column = |x: &Vec<Vec<Vec<f64>>>, i: usize, k: usize, row: bool| -> Vec<f64> {
         (0..m)
@@ -294,7 +355,7 @@ pub fn scores(hosts: &[Host]) -> Scores {
     let mut sc = Scores {
         t0: g.t0,
         tick_s: g.tick,
-        hosts: addrs.clone(),
+        hosts: addrs.to_vec(),
         as_sender: vec![nan(); m],
         as_receiver: vec![nan(); m],
         link: vec![nan(); m],
@@ -360,7 +421,16 @@ fn weighted_median(mut v: Vec<(f64, f64)>) -> f64 {
 fn conditions(sc: &Scores, i: usize, k: usize, w: usize) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
     let share = sc.egress_share[i][k];
-    if sc.as_sender[i][k] > RATIO && share > EGRESS_SHARE {
+    // Above STAND_OUT times the job's lowest host (itself included, so never the lowest).
+    let stands_out = |x: &[Vec<f64>]| {
+        let lowest = x
+            .iter()
+            .map(|h| h[k])
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::min);
+        x[i][k] > STAND_OUT * lowest
+    };
+    if sc.as_sender[i][k] > RATIO && share > EGRESS_SHARE && stands_out(&sc.as_sender) {
         out.push(("egress", "queue"));
     }
     let link_min = sc.link[i][k + 1 - w.min(k + 1)..=k]
@@ -369,7 +439,7 @@ fn conditions(sc: &Scores, i: usize, k: usize, w: usize) -> Vec<(&'static str, &
         .filter(|x| x.is_finite())
         .fold(f64::NAN, f64::min);
     // `unless ... > 0.25`: an unknown share does not rule it out.
-    if link_min > RATIO && (share.is_nan() || share <= EGRESS_SHARE) {
+    if link_min > RATIO && (share.is_nan() || share <= EGRESS_SHARE) && stands_out(&sc.link) {
         out.push(("ingress", "queue"));
     }
     if sc.retransmit_share[i][k] > LOSS_SHARE && sc.retransmits[i][k] > LOSS_RATE {
@@ -681,8 +751,15 @@ mod tests {
     fn thresholds_are_the_rules() {
         let rules = include_str!("../../../rules/job.rules.yml");
         for needle in [
-            format!("quantile_over_time({CALM_QUANTILE}, probe:tcp_srtt_seconds:active[1h])"),
-            format!("count_over_time(probe:tcp_srtt_seconds:active[1h]) >= {CALM_MIN_SAMPLES}"),
+            format!("quantile_over_time({CALM_QUANTILE}, probe:tcp_srtt_seconds:active_calm[1h])"),
+            format!(
+                "count_over_time(probe:tcp_srtt_seconds:active_calm[1h]) >= {CALM_MIN_SAMPLES}"
+            ),
+            format!("ALERTS_FOR_STATE{{alertname=\"ProbeJobCulpritHost\"}} < {CALM_PAUSE_S}"),
+            "min by (training_job) (probe:job_host_srtt_ratio:as_sender)".into(),
+            "min by (training_job) (probe:job_host_link_score)".into(),
+            format!("{STAND_OUT} * probe:job_srtt_ratio_as_sender:min"),
+            format!("{STAND_OUT} * probe:job_link_score:min"),
             format!("probe:job_host_srtt_ratio:as_sender > {RATIO}"),
             format!("probe:job_host_egress_queue_share > {EGRESS_SHARE}"),
             format!("min_over_time(probe:job_host_link_score[{WINDOW_S}s]) > {RATIO}"),
