@@ -68,7 +68,7 @@ pub fn run() -> Result<()> {
 }
 
 /// Runs a command quietly and returns its stdout when it exits 0.
-fn output(program: &str, args: &[&str]) -> Option<String> {
+pub(crate) fn output(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program)
         .args(args)
         .current_dir(build::root())

@@ -134,19 +134,11 @@ struct Lint {
 
 impl Lint {
     fn new() -> Result<Lint> {
-        let out = Command::new("rustup")
-            .args(["which", "clippy-driver"])
-            .current_dir(build::root())
-            .output()
-            .context("running `rustup which clippy-driver`")?;
-        if !out.status.success() {
-            bail!(
-                "clippy is not installed for the workspace's toolchain (`rustup component add clippy`): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let driver = PathBuf::from(String::from_utf8(out.stdout)?.trim());
-        Ok(Lint { driver })
+        let driver = crate::setup::output("rustup", &["which", "clippy-driver"])
+            .context("no clippy for the workspace's toolchain; run: rustup component add clippy")?;
+        Ok(Lint {
+            driver: PathBuf::from(driver.trim()),
+        })
     }
 
     fn cargo(&self, args: &[&str]) -> Command {

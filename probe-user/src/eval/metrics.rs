@@ -164,21 +164,18 @@ impl Ranked {
     pub fn average_precision(&self, weight: &[u64]) -> Option<f64> {
         let pos = self.order.iter().filter(|r| r.1).map(|r| weight[r.2]).sum();
         let mut ap = Precision::new(pos)?;
-        let (mut tp, mut fp, mut group) = (0u64, 0u64, 0u64);
+        // `stepped`: tp + fp at the last step.
+        let (mut tp, mut fp, mut stepped) = (0u64, 0u64, 0u64);
         for (i, &(s, y, row)) in self.order.iter().enumerate() {
-            let w = weight[row];
             if y {
-                tp += w;
+                tp += weight[row];
             } else {
-                fp += w;
+                fp += weight[row];
             }
-            group += w;
             // A tie group is one step, and one the resample does not hold is none.
-            if self.order.get(i + 1).is_none_or(|next| next.0 != s) {
-                if group > 0 {
-                    ap.step(tp, fp);
-                }
-                group = 0;
+            if self.order.get(i + 1).is_none_or(|next| next.0 != s) && tp + fp > stepped {
+                ap.step(tp, fp);
+                stepped = tp + fp;
             }
         }
         Some(ap.sum)
