@@ -196,6 +196,7 @@ impl PeerFolder {
         let mut other_srtt: Option<f64> = None;
         let mut other_min: Option<f64> = None;
         let mut other_conns = 0;
+        let (mut other_rq, mut other_sq) = (None, None);
         let mut any_other = false;
         for p in peers {
             if !members.contains_key(&p.peer) {
@@ -218,6 +219,8 @@ impl PeerFolder {
                     (a, b) => a.or(b),
                 };
                 other_conns += p.connections;
+                other_rq = add_gauge(other_rq, p.receive_queue_bytes);
+                other_sq = add_gauge(other_sq, p.send_queue_bytes);
             } else {
                 kept.push(p.clone());
             }
@@ -228,6 +231,8 @@ impl PeerFolder {
             o.srtt_seconds = other_srtt;
             o.min_rtt_seconds = other_min;
             o.connections = if any_other { other_conns } else { 0 };
+            o.receive_queue_bytes = other_rq;
+            o.send_queue_bytes = other_sq;
             kept.push(o.clone());
         }
         kept
@@ -276,6 +281,14 @@ impl PeerFolder {
     pub fn forget_interface(&mut self, iface: &str) {
         self.other_flows.retain(|(i, _), _| i != iface);
         self.other_bursts.retain(|(i, _), _| i != iface);
+    }
+}
+
+/// A gauge summed over the peers folded into one: unknown only if it is for all of them.
+fn add_gauge(sum: Option<u64>, v: Option<u64>) -> Option<u64> {
+    match (sum, v) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     }
 }
 

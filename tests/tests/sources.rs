@@ -59,7 +59,14 @@ fn softnet_counters_follow_the_kernel_and_every_source_is_up() {
             after[cpu]
         );
     }
-    for source in ["interfaces", "maps", "programs", "qdiscs", "softnet"] {
+    for source in [
+        "interfaces",
+        "maps",
+        "programs",
+        "sockets",
+        "qdiscs",
+        "softnet",
+    ] {
         assert_eq!(
             m0.get("probe_source_up", &[("source", source)]).unwrap(),
             Some(1.0),

@@ -14,6 +14,7 @@ pub mod progstats;
 pub mod rdma;
 pub mod readings;
 pub mod series;
+pub mod sockets;
 pub mod sojourn;
 pub mod sources;
 pub mod tcp;

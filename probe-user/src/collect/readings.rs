@@ -193,6 +193,11 @@ pub struct PeerSeries {
     pub rtt: Histogram,
     /// Retransmitted segments (cumulative).
     pub retransmits: u64,
+    /// Bytes received that the application has not read yet, over its established
+    /// connections (`ss`'s Recv-Q) at the tick. None: the socket dump failed.
+    pub receive_queue_bytes: Option<u64>,
+    /// Bytes written that the peer has not acknowledged yet (Send-Q).
+    pub send_queue_bytes: Option<u64>,
 }
 
 /// A cumulative histogram: `buckets` holds (upper bound, count of samples <= bound).

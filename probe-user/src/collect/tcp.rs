@@ -208,6 +208,9 @@ impl TcpCollector {
                 None => Histogram::from_log2(&[0; LOG2_BUCKETS], 0, 1e-6),
             },
             retransmits: t.map_or(0, |t| t[RETRANS_SEGS]),
+            // The sockets' dump fills them (sockets.rs).
+            receive_queue_bytes: None,
+            send_queue_bytes: None,
         };
         let mut out: Vec<PeerSeries> = self
             .totals

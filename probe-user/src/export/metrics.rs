@@ -139,6 +139,24 @@ fn encode_tcp(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
             .iter()
             .map(|p| (peer(p), p.connections as f64)),
     )?;
+    gauge(
+        enc,
+        "probe_tcp_receive_queue_bytes",
+        "Bytes received from a peer that the application has not read yet (ss Recv-Q), at the tick",
+        s.readings
+            .peers
+            .iter()
+            .filter_map(|p| p.receive_queue_bytes.map(|v| (peer(p), v as f64))),
+    )?;
+    gauge(
+        enc,
+        "probe_tcp_send_queue_bytes",
+        "Bytes written to a peer that it has not acknowledged yet (ss Send-Q), at the tick",
+        s.readings
+            .peers
+            .iter()
+            .filter_map(|p| p.send_queue_bytes.map(|v| (peer(p), v as f64))),
+    )?;
     histogram_family(
         enc,
         "probe_tcp_rtt_seconds",

@@ -170,6 +170,8 @@ impl<'a> Tick<'a> {
                 r.srtt_s = p.srtt_seconds;
                 r.min_rtt_s = p.min_rtt_seconds;
                 r.connections = Some(p.connections.into());
+                r.receive_queue_bytes = p.receive_queue_bytes.map(|b| b as i64);
+                r.send_queue_bytes = p.send_queue_bytes.map(|b| b as i64);
                 if let Some(h) = p.rtt.increase(b.map(|b| &b.rtt)) {
                     r.rtt_samples = Some(h.count as i64);
                     r.rtt_mean_s = (h.count > 0).then(|| h.sum / h.count as f64);
@@ -370,6 +372,8 @@ mod tests {
             connections: 1,
             rtt,
             retransmits: retrans,
+            receive_queue_bytes: None,
+            send_queue_bytes: None,
         }
     }
 

@@ -37,6 +37,8 @@ pub struct Observation {
     pub rtt_p99_s: Option<f64>,
     pub retransmits_per_s: Option<f64>,
     pub connections: Option<i64>,
+    pub receive_queue_bytes: Option<i64>,
+    pub send_queue_bytes: Option<i64>,
     pub bursts: Option<i64>,
     pub burst_bytes: Option<i64>,
     pub burst_seconds: Option<f64>,

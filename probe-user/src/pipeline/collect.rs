@@ -16,6 +16,7 @@ use crate::{
         netlink, progstats,
         rdma::RdmaSnapshot,
         readings::{HookStatus, LinkSeries, QdiscSeries, Readings},
+        sockets::{self as socket_queues, SocketQueues},
         sources::{self, Source, SourceStatus},
         Collector,
     },
@@ -35,6 +36,9 @@ pub struct Sources {
     /// The sources behind the `collect::sources` seam, and those failing now.
     host: Vec<Box<dyn Source>>,
     failing: Vec<&'static str>,
+    /// The sockets' queues (sock_diag), read beside the maps; None if it cannot open.
+    sockets: Option<SocketQueues>,
+    sockets_failing: bool,
 }
 
 /// How a source built into the collect stage did this tick.
@@ -63,6 +67,8 @@ impl Sources {
             tick: 0,
             host: sources::all(cfg),
             failing: Vec::new(),
+            sockets: open_sockets(cfg),
+            sockets_failing: false,
         }
     }
 
@@ -96,15 +102,29 @@ impl Sources {
             tc.attached().map(|i| (i.index, i.name.clone())).collect();
         // Map walks are syscalls: keep them off the async thread.
         let names = ifnames.clone();
+        let mut q = self.sockets.take();
         let t = Instant::now();
-        let (c, mut snap) = tokio::task::spawn_blocking(move || {
-            let s = c.tick(&names);
-            (c, s)
+        let (c, q, mut snap, maps, queues) = tokio::task::spawn_blocking(move || {
+            let mut s = c.tick(&names);
+            let maps = source_status("maps", true, t);
+            let t = Instant::now();
+            let queues = q.as_mut().map(|q| (q.add_to(&mut s.peers), t));
+            (c, q, s, maps, queues)
         })
         .await
         .map_err(|e| anyhow!("collector thread failed: {e}"))?;
         self.collector = Some(c);
-        status.push(source_status("maps", true, t));
+        self.sockets = q;
+        status.push(maps);
+        if let Some((r, t)) = queues {
+            match (&r, self.sockets_failing) {
+                (Err(e), false) => tracing::warn!("socket queues: {e:#}"),
+                (Ok(()), true) => tracing::info!("socket queues: read again"),
+                _ => {}
+            }
+            self.sockets_failing = r.is_err();
+            status.push(source_status("sockets", r.is_ok(), t));
+        }
 
         self.tick += 1;
         snap.tick = self.tick;
@@ -181,6 +201,24 @@ impl Sources {
                 tracing::warn!("{e:#}");
                 false
             }
+        }
+    }
+}
+
+/// The sock_diag reader, scoped to `--cgroup`'s sockets. Without it the peers' queues are
+/// unknown (null), which the log says once.
+fn open_sockets(cfg: &Config) -> Option<SocketQueues> {
+    let opened = cfg
+        .cgroup
+        .as_deref()
+        .map(socket_queues::cgroup_id)
+        .transpose()
+        .and_then(SocketQueues::new);
+    match opened {
+        Ok(q) => Some(q),
+        Err(e) => {
+            tracing::warn!("socket queues will not be read: {e:#}");
+            None
         }
     }
 }

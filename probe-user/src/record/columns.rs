@@ -172,6 +172,8 @@ pub const COLUMNS: &[Column<Row>] = &[
     col!(rtt_p99_s, F64),
     col!(retransmits_per_s, F64),
     col!(connections, I64),
+    col!(receive_queue_bytes, I64),
+    col!(send_queue_bytes, I64),
     col!(bursts, I64),
     col!(burst_bytes, I64),
     col!(burst_seconds, F64),

@@ -1,0 +1,337 @@
+//! Reads every established TCP socket's queues as `ss` does (sock_diag): the bytes the
+//! kernel received and acknowledged that the application has not read yet (`ss`'s Recv-Q),
+//! and the bytes the application wrote that the peer has not acknowledged (Send-Q), summed
+//! per peer. Data waiting unread on a host is the one thing that shows a host slow to take
+//! its job's data while its network is innocent: a compute straggler (docs/job.md).
+//!
+//! A gauge read once a tick: the rules average it over seconds. A scoped probe (`--cgroup`)
+//! counts only the sockets of its cgroup; the dump covers probe's network namespace.
+use std::{net::IpAddr, os::unix::fs::MetadataExt, path::Path};
+
+use anyhow::{bail, Context as _, Result};
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NlasIterator, Parseable, NLM_F_DUMP,
+    NLM_F_REQUEST,
+};
+use netlink_packet_sock_diag::{
+    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
+    inet::{ExtensionFlags, InetRequest, InetResponseHeader, SocketId, StateFlags},
+    SockDiagMessage,
+};
+use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
+use rustc_hash::FxHashMap;
+
+use super::readings::{peer_label, PeerSeries};
+
+/// The attribute that carries a socket's cgroup v2 id (linux/inet_diag.h; kernels >= 5.7).
+const INET_DIAG_CGROUP_ID: u16 = 21;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+/// The fixed part of a response (struct inet_diag_msg) before its attributes.
+const RESPONSE_HEADER_LEN: usize = 72;
+
+/// One peer's queued bytes, summed over its established connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queues {
+    pub receive: u64,
+    pub send: u64,
+}
+
+pub struct SocketQueues {
+    socket: Socket,
+    /// Only sockets of this cgroup v2 (its inode number is its id), when scoped.
+    cgroup: Option<u64>,
+    buf: Vec<u8>,
+    seq: u32,
+    peers: FxHashMap<IpAddr, Queues>,
+}
+
+/// The cgroup id of a cgroup v2 directory: its inode number.
+pub fn cgroup_id(dir: &Path) -> Result<u64> {
+    Ok(std::fs::metadata(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .ino())
+}
+
+impl SocketQueues {
+    pub fn new(cgroup: Option<u64>) -> Result<Self> {
+        let mut socket = Socket::new(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")?;
+        socket.bind_auto().context("binding the sock_diag socket")?;
+        socket
+            .connect(&SocketAddr::new(0, 0))
+            .context("connecting the sock_diag socket")?;
+        Ok(Self {
+            socket,
+            cgroup,
+            buf: vec![0; 64 * 1024],
+            seq: 0,
+            peers: FxHashMap::default(),
+        })
+    }
+
+    /// Every peer's queues now: IPv4 then IPv6 sockets (a dual-stack socket's IPv4 peer
+    /// comes as a mapped address and is counted as IPv4). A dump walks every bucket of the
+    /// kernel's connection hash table, whoever's sockets are in it (0.2-0.45 ms on these
+    /// machines with no socket at all), so a family the namespace has no TCP socket of
+    /// (`/proc/net/sockstat`, per namespace) is not dumped.
+    pub fn read(&mut self) -> Result<&FxHashMap<IpAddr, Queues>> {
+        self.peers.clear();
+        for (family, file, tag) in [
+            (AF_INET, "/proc/net/sockstat", "TCP:"),
+            (AF_INET6, "/proc/net/sockstat6", "TCP6:"),
+        ] {
+            if tcp_in_use(file, tag) == Some(0) {
+                continue;
+            }
+            self.dump(family)
+                .with_context(|| format!("sock_diag dump of TCP sockets (family {family})"))?;
+        }
+        Ok(&self.peers)
+    }
+
+    /// Adds the queues to the peers sock_ops tracks (a peer with no established socket in
+    /// the dump has 0). On an error every peer's queues stay unknown.
+    pub fn add_to(&mut self, peers: &mut [PeerSeries]) -> Result<()> {
+        let read = self.read()?;
+        let by_label: FxHashMap<String, Queues> =
+            read.iter().map(|(ip, q)| (peer_label(*ip), *q)).collect();
+        for p in peers {
+            let q = by_label.get(&p.peer).copied().unwrap_or_default();
+            p.receive_queue_bytes = Some(q.receive);
+            p.send_queue_bytes = Some(q.send);
+        }
+        Ok(())
+    }
+
+    fn dump(&mut self, family: u8) -> Result<()> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        header.sequence_number = self.seq;
+        let socket_id = if family == AF_INET {
+            SocketId::new_v4()
+        } else {
+            SocketId::new_v6()
+        };
+        let mut req = NetlinkMessage::new(
+            header,
+            SockDiagMessage::InetRequest(InetRequest {
+                family,
+                protocol: IPPROTO_TCP,
+                extensions: ExtensionFlags::empty(),
+                states: StateFlags::ESTABLISHED,
+                socket_id,
+            })
+            .into(),
+        );
+        req.finalize();
+        let mut out = vec![0; req.buffer_len()];
+        req.serialize(&mut out);
+        self.socket.send(&out, 0).context("sending the request")?;
+        loop {
+            let n = self
+                .socket
+                .recv(&mut &mut self.buf[..], 0)
+                .context("receiving")?;
+            if n == 0 {
+                bail!("the kernel closed the dump");
+            }
+            if self.parse(n)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Adds the sockets of one received chunk; true at the end of the dump.
+    fn parse(&mut self, n: usize) -> Result<bool> {
+        let mut at = 0;
+        while at < n {
+            let msg = NetlinkBuffer::new_checked(&self.buf[at..n])
+                .map_err(|e| anyhow::anyhow!("malformed netlink message: {e}"))?;
+            let len = msg.length() as usize;
+            if len == 0 {
+                break;
+            }
+            match msg.message_type() {
+                NLMSG_DONE => return Ok(true),
+                NLMSG_ERROR => {
+                    let p = msg.payload();
+                    let code = p
+                        .get(..4)
+                        .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                    if code != 0 {
+                        return Err(std::io::Error::from_raw_os_error(-code))
+                            .context("the kernel refused the dump");
+                    }
+                }
+                _ if msg.sequence_number() == self.seq => {
+                    add_socket(&mut self.peers, msg.payload(), self.cgroup)
+                }
+                _ => {}
+            }
+            // Messages are 4-byte aligned.
+            at += (len + 3) & !3;
+        }
+        Ok(false)
+    }
+}
+
+/// Adds one socket (struct inet_diag_msg and its attributes) to its peer's queues.
+fn add_socket(peers: &mut FxHashMap<IpAddr, Queues>, payload: &[u8], cgroup: Option<u64>) {
+    let Ok(h) = InetResponseHeader::parse(payload) else {
+        return;
+    };
+    if let Some(want) = cgroup {
+        if socket_cgroup(payload.get(RESPONSE_HEADER_LEN..).unwrap_or_default()) != Some(want) {
+            return;
+        }
+    }
+    let q = peers
+        .entry(h.socket_id.destination_address.to_canonical())
+        .or_default();
+    q.receive += u64::from(h.recv_queue);
+    q.send += u64::from(h.send_queue);
+}
+
+/// The `inuse` count of a sockstat line (`TCP: inuse 4 orphan 0 ...`); None when unknown.
+fn tcp_in_use(file: &str, tag: &str) -> Option<u64> {
+    parse_in_use(&std::fs::read_to_string(file).ok()?, tag)
+}
+
+fn parse_in_use(text: &str, tag: &str) -> Option<u64> {
+    let mut f = text
+        .lines()
+        .find(|l| l.starts_with(tag))?
+        .split_whitespace();
+    f.find(|w| *w == "inuse")?;
+    f.next()?.parse().ok()
+}
+
+fn socket_cgroup(attrs: &[u8]) -> Option<u64> {
+    NlasIterator::new(attrs)
+        .filter_map(Result::ok)
+        .find(|a| a.kind() == INET_DIAG_CGROUP_ID)
+        .and_then(|a| Some(u64::from_ne_bytes(a.value().get(..8)?.try_into().ok()?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// Bytes written to a connection on loopback that the receiver has not read are its
+    /// Recv-Q: the dump finds them, on the receiver's socket, under the sender's address.
+    #[test]
+    fn unread_bytes_are_the_receive_queue() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = l.accept().unwrap();
+        tx.write_all(&[7u8; 5000]).unwrap();
+        let mut q = SocketQueues::new(None).unwrap();
+        // Bounded wait for the bytes to cross loopback.
+        let mut seen = 0;
+        for _ in 0..100 {
+            seen = q.read().unwrap()[&IpAddr::from([127, 0, 0, 1])].receive;
+            if seen >= 5000 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(seen >= 5000, "unread bytes seen: {seen}");
+        let mut b = vec![0; 5000];
+        rx.read_exact(&mut b).unwrap();
+        let after = q.read().unwrap()[&IpAddr::from([127, 0, 0, 1])].receive;
+        assert_eq!(after, seen - 5000, "reading them empties the queue");
+    }
+
+    /// Scoped to the test's own cgroup the dump finds its sockets; scoped to an id no
+    /// cgroup has, none.
+    #[test]
+    fn a_scoped_dump_counts_its_cgroup_only() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _rx = l.accept().unwrap();
+        tx.write_all(&[7u8; 3000]).unwrap();
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        let dir = crate::host::cgroup::cgroup2_mount()
+            .unwrap()
+            .join(path.trim_start_matches('/'));
+        let mut q = SocketQueues::new(Some(cgroup_id(&dir).unwrap())).unwrap();
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let mut seen = 0;
+        for _ in 0..100 {
+            seen = q.read().unwrap().get(&lo).map_or(0, |q| q.receive);
+            if seen >= 3000 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(seen >= 3000, "own cgroup's unread bytes: {seen}");
+        let mut none = SocketQueues::new(Some(u64::MAX)).unwrap();
+        assert!(none.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn sockstat_says_how_many_tcp_sockets_a_family_has() {
+        let text =
+            "sockets: used 9\nTCP: inuse 4 orphan 0 tw 61 alloc 22 mem 886\nUDP: inuse 0 mem 0\n";
+        assert_eq!(parse_in_use(text, "TCP:"), Some(4));
+        assert_eq!(
+            parse_in_use("TCP6: inuse 0\nUDP6: inuse 0\n", "TCP6:"),
+            Some(0)
+        );
+        assert_eq!(parse_in_use("UDP: inuse 3\n", "TCP:"), None);
+    }
+
+    #[test]
+    fn a_cgroup_id_is_read_from_its_attribute() {
+        // nlattr: len 12, type 21, then the u64.
+        let mut a = Vec::new();
+        a.extend_from_slice(&12u16.to_ne_bytes());
+        a.extend_from_slice(&INET_DIAG_CGROUP_ID.to_ne_bytes());
+        a.extend_from_slice(&4242u64.to_ne_bytes());
+        assert_eq!(socket_cgroup(&a), Some(4242));
+        assert_eq!(socket_cgroup(&[]), None);
+    }
+
+    /// What a read costs with the bench's 10,000 connections (both ends on loopback in this
+    /// namespace: 20,000 sockets), and with none of this process's:
+    /// `cargo test --release -p probe-user sockets_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: release, 20,000 open files"]
+    fn sockets_cost() {
+        let mut q = SocketQueues::new(None).unwrap();
+        let time = |q: &mut SocketQueues| {
+            let mut best = f64::INFINITY;
+            for _ in 0..20 {
+                let t = std::time::Instant::now();
+                q.read().unwrap();
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            best
+        };
+        let idle = time(&mut q);
+        let limit = libc::rlimit {
+            rlim_cur: 30_000,
+            rlim_max: 30_000,
+        };
+        // SAFETY: plain setrlimit with a valid struct.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut open = Vec::new();
+        for _ in 0..10_000 {
+            let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            open.push((c, l.accept().unwrap().0));
+        }
+        let busy = time(&mut q);
+        let n = q.read().unwrap()[&IpAddr::from([127, 0, 0, 1])];
+        eprintln!(
+            "sockets_cost: {:.0} us per read with no socket of ours, {:.0} us with 20,000 ({:?})",
+            idle * 1e6,
+            busy * 1e6,
+            n
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! The sockets' queues (sock_diag) against `ss`.
+//!
+//! probe runs in namespace B. A's iperf3 client sends to B's server, and B's client sends to
+//! A's server; then both servers are stopped (SIGSTOP), so B's socket from A's client fills
+//! with bytes nobody reads (Recv-Q) and B's client's socket with bytes A does not take
+//! (Send-Q). Once the queues hold still, probe's `probe_tcp_receive_queue_bytes` and
+//! `probe_tcp_send_queue_bytes` for peer A must be what `ss` sums over B's connections to A,
+//! read just before and just after the scrape.
+use std::{net::IpAddr, time::Duration};
+
+use probe_tests::{
+    cmd,
+    iperf::{Client, ClientOpts, Server},
+    Netns, Pair, Probe, ProbeOpts,
+};
+
+/// (Recv-Q, Send-Q) summed over `ns`'s established connections to `peer`, as `ss` shows them.
+fn ss_queues(ns: &Netns, peer: IpAddr) -> (u64, u64) {
+    let out = ns
+        .run(&[
+            "ss",
+            "-tnH",
+            "state",
+            "established",
+            "dst",
+            &peer.to_string(),
+        ])
+        .unwrap();
+    // With a state filter ss leaves the State column out: Recv-Q Send-Q Local Peer.
+    out.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.parse::<u64>().ok()?,
+                f.next()?.parse::<u64>().ok()?,
+            ))
+        })
+        .fold((0, 0), |(r, s), (a, b)| (r + a, s + b))
+}
+
+#[test]
+fn a_peers_queued_bytes_are_what_ss_shows() {
+    cmd::require_root_and(&["ip", "iperf3", "ss"]);
+    let pair = Pair::new(76).unwrap();
+    let (a, b) = (IpAddr::V4(pair.ip_a), IpAddr::V4(pair.ip_b));
+    let mut server_b = Server::start(&pair.b, b, 5201).unwrap();
+    let mut server_a = Server::start(&pair.a, a, 5202).unwrap();
+    let probe = Probe::start(&pair.b, ProbeOpts::iface(&pair.veth_b).tick("500ms"));
+    probe.wait_ticks(1);
+    let _to_b = Client::start(&pair.a, b, 5201, &ClientOpts::tcp(30)).unwrap();
+    let _to_a = Client::start(&pair.b, a, 5202, &ClientOpts::tcp(30)).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    server_b.child.signal(libc::SIGSTOP);
+    server_a.child.signal(libc::SIGSTOP);
+
+    // Bounded wait until both queues are full and hold still.
+    let mut last = ss_queues(&pair.b, a);
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = ss_queues(&pair.b, a);
+        if now == last && now.0 > 0 && now.1 > 0 {
+            break;
+        }
+        last = now;
+    }
+    probe.wait_ticks(2);
+    let before = ss_queues(&pair.b, a);
+    let m = probe.metrics();
+    let after = ss_queues(&pair.b, a);
+    eprintln!(
+        "ss in B towards {a}: (Recv-Q, Send-Q) {before:?} before the scrape, {after:?} after"
+    );
+    assert!(
+        before.0 > 100_000 && before.1 > 100_000,
+        "both queues filled: {before:?}"
+    );
+    let peer = a.to_string();
+    for (name, lo, hi) in [
+        (
+            "probe_tcp_receive_queue_bytes",
+            before.0.min(after.0),
+            before.0.max(after.0),
+        ),
+        (
+            "probe_tcp_send_queue_bytes",
+            before.1.min(after.1),
+            before.1.max(after.1),
+        ),
+    ] {
+        let v = m.get(name, &[("peer", &peer)]).unwrap();
+        assert!(
+            v.is_some_and(|v| v >= lo as f64 && v <= hi as f64),
+            "{name}{{peer={peer}}} = {v:?}, ss: {lo}..={hi}\n{}",
+            probe.log_tail(20)
+        );
+    }
+    assert_eq!(
+        m.get("probe_source_up", &[("source", "sockets")]).unwrap(),
+        Some(1.0)
+    );
+    server_b.child.signal(libc::SIGCONT);
+    server_a.child.signal(libc::SIGCONT);
+}
