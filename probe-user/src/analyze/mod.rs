@@ -522,7 +522,7 @@ fn culprit_section(
     let sc = culprit::scores(&hosts);
     let found = culprit::culprits(&sc);
     d.p(format!(
-        "The live alert `ProbeJobCulpritHost` (rules/job.rules.yml, docs/job.md) evaluated at every tick ({:.1} s) of {} hosts' recordings: a host is named **egress** when its RTT towards the job's hosts is over {}x its calm level (the upper quartile of the last hour) and its own qdisc holds more than a quarter of it, **ingress** when its connections are slowed both ways while its qdisc is calm (the queue is on what reaches it), or when over 1% of the segments sent to it are retransmitted. Namings of one host and direction less than {:.0} s apart are one row.{}",
+        "The live alert `ProbeJobCulpritHost` (rules/job.rules.yml, docs/job.md) evaluated at every tick ({:.1} s) of {} hosts' recordings: a host is named **egress** when its RTT towards the job's hosts is over {}x its calm level (the median of the last hour, not learnt while the job is named) and over twice the job's lowest host's, and its own qdisc holds more than a quarter of it, **ingress** when its connections are slowed both ways while its qdisc is calm (the queue is on what reaches it), or when over 1% of the segments sent to it are retransmitted. Namings of one host and direction less than {:.0} s apart are one row.{}",
         sc.tick_s,
         hosts.len(),
         culprit::RATIO,
@@ -595,7 +595,7 @@ fn culprit_section(
 /// A lab run's episodes and what the culprits said of each.
 fn lab_verdicts(d: &mut report::Doc, v: &culprit::LabVerdicts) {
     d.h(2, "Against the lab's episodes");
-    d.p("Each episode's culprit is the host the lab acted on: its egress for a tbf, a squeeze or cross traffic it sends, its ingress for incast and loss (compute stragglers are not scored). Named: the first tick it was named while the episode was on or up to 15 s after.");
+    d.p("Each episode's culprit is the host the lab acted on: its egress for a tbf, a squeeze or cross traffic it sends, its ingress for incast and loss (compute stragglers are not named: docs/job.md). Named: the first tick it was named while the episode was on or up to 15 s after.");
     d.table(
         &[
             "episode",

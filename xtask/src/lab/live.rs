@@ -22,13 +22,14 @@ pub const CULPRIT_ALERT: &str = "ProbeJobCulpritHost";
 const INTERVAL: &str = "1s";
 const PROM_PORT: u16 = 9090;
 /// The job's scores, logged every second for tuning and for the report.
-const SCORES: [&str; 6] = [
+const SCORES: [&str; 7] = [
     "probe:job_host_link_score",
     "probe:job_host_srtt_ratio:as_sender",
     "probe:job_host_srtt_ratio:as_receiver",
     "probe:job_host_egress_queue_share",
     "probe:job_host_retransmits:as_receiver",
     "probe:job_host_retransmit_share:as_receiver",
+    "probe:job_host_unread_bytes:avg10s",
 ];
 /// How long after an episode ends its queues may still drain and its alert still fire
 /// without counting as a false alarm.
@@ -138,7 +139,7 @@ pub fn expected(t: &Truth) -> (usize, &'static str) {
         Kind::Tbf | Kind::Squeeze | Kind::Cross | Kind::Ramp => (t.rank, "egress"),
         // Its switch port (incast) or its input (loss): what reaches the host.
         Kind::Incast | Kind::Loss => (t.rank, "ingress"),
-        // Slow to compute, its network innocent (no score names it yet).
+        // Slow to compute, its network innocent (no alert names it yet: docs/job.md).
         Kind::Straggle => (t.rank, "compute"),
     }
 }
