@@ -103,12 +103,13 @@ impl Sources {
         // Map walks are syscalls: keep them off the async thread.
         let names = ifnames.clone();
         let mut q = self.sockets.take();
+        let tick_s = cfg.tick.as_secs_f64();
         let t = Instant::now();
         let (c, q, mut snap, maps, queues) = tokio::task::spawn_blocking(move || {
             let mut s = c.tick(&names);
             let maps = source_status("maps", true, t);
             let t = Instant::now();
-            let queues = q.as_mut().map(|q| (q.add_to(&mut s.peers), t));
+            let queues = q.as_mut().map(|q| (q.add_to(&mut s.peers, tick_s), t));
             (c, q, s, maps, queues)
         })
         .await
