@@ -165,6 +165,19 @@ pub fn ss_tcp(ns: &Netns) -> Result<Vec<SsConn>> {
     parse_ss_tin(&ns.run(&["ss", "-tinH"])?)
 }
 
+/// `ss -tnH state established dst DST` in `ns`: a line per established TCP connection to
+/// `dst`, `Recv-Q Send-Q Local Peer` (a state filter leaves the State column out).
+pub fn ss_established_to(ns: &Netns, dst: IpAddr) -> Result<String> {
+    ns.run(&[
+        "ss",
+        "-tnH",
+        "state",
+        "established",
+        "dst",
+        &dst.to_string(),
+    ])
+}
+
 /// The established connection to `peer` (any port when `port` is None) that moved the most
 /// data: iperf3's data connection rather than its idle control connection.
 pub fn busiest_conn(conns: &[SsConn], peer: IpAddr, port: Option<u16>) -> Option<&SsConn> {

@@ -50,17 +50,7 @@ impl Drop for TestCgroup {
 
 /// Established connections in A towards `dst` (the data and control connections of iperf3).
 fn established_to(pair: &Pair, dst: Ipv4Addr) -> usize {
-    let out = pair
-        .a
-        .run(&[
-            "ss",
-            "-tnH",
-            "state",
-            "established",
-            "dst",
-            &dst.to_string(),
-        ])
-        .unwrap();
+    let out = probe_tests::kernel::ss_established_to(&pair.a, dst.into()).unwrap();
     out.lines().filter(|l| !l.trim().is_empty()).count()
 }
 

@@ -11,22 +11,12 @@ use std::{net::IpAddr, time::Duration};
 use probe_tests::{
     cmd,
     iperf::{Client, ClientOpts, Server},
-    Netns, Pair, Probe, ProbeOpts,
+    kernel, Netns, Pair, Probe, ProbeOpts,
 };
 
 /// (Recv-Q, Send-Q) summed over `ns`'s established connections to `peer`, as `ss` shows them.
 fn ss_queues(ns: &Netns, peer: IpAddr) -> (u64, u64) {
-    let out = ns
-        .run(&[
-            "ss",
-            "-tnH",
-            "state",
-            "established",
-            "dst",
-            &peer.to_string(),
-        ])
-        .unwrap();
-    // With a state filter ss leaves the State column out: Recv-Q Send-Q Local Peer.
+    let out = kernel::ss_established_to(ns, peer).unwrap();
     out.lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();

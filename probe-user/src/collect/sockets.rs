@@ -1,8 +1,8 @@
 //! Reads every established TCP socket's queues as `ss` does (sock_diag): the bytes the
 //! kernel received and acknowledged that the application has not read yet (`ss`'s Recv-Q),
 //! and the bytes the application wrote that the peer has not acknowledged (Send-Q), summed
-//! per peer. Data waiting unread on a host is the one thing that shows a host slow to take
-//! its job's data while its network is innocent: a compute straggler (docs/job.md).
+//! per peer. Data waiting unread on a host is what a host slow to take its job's data
+//! leaves while its network is innocent: a compute straggler (docs/job.md).
 //!
 //! A gauge read once a tick: the rules average it over seconds. A scoped probe (`--cgroup`)
 //! counts only the sockets of its cgroup; the dump covers probe's network namespace. The
@@ -168,6 +168,12 @@ impl SocketQueues {
             if len == 0 {
                 break;
             }
+            // Messages are 4-byte aligned.
+            at += (len + 3) & !3;
+            // What is left of an earlier dump that failed halfway is not this one's.
+            if msg.sequence_number() != self.seq {
+                continue;
+            }
             match msg.message_type() {
                 NLMSG_DONE => return Ok(true),
                 NLMSG_ERROR => {
@@ -180,13 +186,8 @@ impl SocketQueues {
                             .context("the kernel refused the dump");
                     }
                 }
-                _ if msg.sequence_number() == self.seq => {
-                    add_socket(&mut self.peers, msg.payload(), self.cgroup)
-                }
-                _ => {}
+                _ => add_socket(&mut self.peers, msg.payload(), self.cgroup),
             }
-            // Messages are 4-byte aligned.
-            at += (len + 3) & !3;
         }
         Ok(false)
     }
