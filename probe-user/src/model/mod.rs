@@ -76,7 +76,7 @@ mod tests {
         let rows: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("rows.json")).unwrap()).unwrap();
         let schema = Arc::new(Schema::new(PEER, &cfg));
-        let (mut scratch, mut worst, mut gated) = (Vec::new(), 0.0f64, 0);
+        let (mut scratch, mut worst, mut gated) = (score::Buffers::default(), 0.0f64, 0);
         let want = rows["predict"].as_array().unwrap();
         assert!(want.len() >= 20);
         let names = &bound.bundle.manifest.features[PEER];
@@ -102,7 +102,7 @@ mod tests {
                 values,
             };
             let mut out = Vec::new();
-            bound.score(&fr, &mut scratch, &mut out);
+            bound.score(std::slice::from_ref(&fr), &mut scratch, &mut out);
             let got = if rtt_known {
                 assert_eq!(out.len(), 1);
                 out[0].spike_probability.unwrap()

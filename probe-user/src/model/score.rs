@@ -221,36 +221,97 @@ impl Bound {
         }
     }
 
-    /// Scores of one entity's feature row; false for a kind without models. A model whose
-    /// presence feature is not known in the row adds nothing. `scratch` holds the gathered
-    /// input between calls.
-    pub fn score(&self, row: &FeatureRow, scratch: &mut Vec<f64>, out: &mut Vec<Forecast>) -> bool {
-        let Some(k) = self.kinds.iter().find(|k| k.kind == row.entity_kind) else {
-            return false;
-        };
-        // A schema other than the one bound (cannot happen within one daemon): skip.
-        if row.schema.names.len() != k.schema.len() {
-            return false;
-        }
-        let mut gathered = false;
-        let mut entity: Option<Arc<str>> = None;
-        for m in &k.models {
-            if !m.presence.holds(&row.values) {
-                continue;
+    /// Scores a tick's feature rows into `out`, row after row and each row's models in
+    /// bundle order; returns how many rows were of a kind with models. A model whose
+    /// presence feature is not known in a row adds nothing for it. Each model scores all
+    /// its rows at once (`Booster::predict_many`), which keeps its trees in cache.
+    pub fn score(&self, rows: &[FeatureRow], buf: &mut Buffers, out: &mut Vec<Forecast>) -> u64 {
+        let Buffers {
+            gathered,
+            members,
+            preds,
+            batch,
+            scored,
+        } = buf;
+        gathered.clear();
+        preds.clear();
+        scored.clear();
+        scored.resize(rows.len(), None);
+        for (ki, k) in self.kinds.iter().enumerate() {
+            members.clear();
+            // A schema other than the one bound (cannot happen within one daemon): skipped.
+            members.extend((0..rows.len()).filter(|&i| {
+                rows[i].entity_kind == k.kind && rows[i].schema.names.len() == k.schema.len()
+            }));
+            let nm = k.models.len();
+            for &i in members.iter() {
+                let at = k.gather.as_ref().map(|g| {
+                    let at = gathered.len();
+                    gathered.extend(g.iter().map(|&j| rows[i].values[j]));
+                    at
+                });
+                scored[i] = Some(Scored {
+                    kind: ki,
+                    preds: preds.len(),
+                    input: at,
+                });
+                preds.resize(preds.len() + nm, None);
             }
-            let x: &[f64] = match &k.gather {
-                None => &row.values,
-                Some(g) => {
-                    if !gathered {
-                        scratch.clear();
-                        scratch.extend(g.iter().map(|&i| row.values[i]));
-                        gathered = true;
-                    }
-                    scratch
+            let input = |s: &Scored, i: usize| -> &[f64] {
+                match (s.input, &k.gather) {
+                    (Some(at), Some(g)) => &gathered[at..at + g.len()],
+                    _ => &rows[i].values,
                 }
             };
+            for (mi, m) in k.models.iter().enumerate() {
+                let (held, xs): (Vec<usize>, Vec<&[f64]>) = members
+                    .iter()
+                    .filter(|&&i| m.presence.holds(&rows[i].values))
+                    .map(|&i| (i, input(scored[i].as_ref().expect("a member"), i)))
+                    .unzip();
+                batch.clear();
+                batch.resize(xs.len(), 0.0);
+                self.bundle.boosters[m.entry].predict_many(&xs, batch);
+                for (&i, &p) in held.iter().zip(batch.iter()) {
+                    let at = scored[i].as_ref().expect("a member").preds + mi;
+                    preds[at] = Some(p);
+                }
+            }
+        }
+        let mut entities = 0;
+        for (i, s) in scored.iter().enumerate() {
+            let Some(s) = s else { continue };
+            entities += 1;
+            let k = &self.kinds[s.kind];
+            let x = match (s.input, &k.gather) {
+                (Some(at), Some(g)) => &gathered[at..at + g.len()],
+                _ => &rows[i].values[..],
+            };
+            self.forecasts(
+                &rows[i],
+                k,
+                &preds[s.preds..s.preds + k.models.len()],
+                x,
+                out,
+            );
+        }
+        entities
+    }
+
+    /// The forecasts of one row from its models' predictions (None: presence not held)
+    /// and its model input `x`.
+    fn forecasts(
+        &self,
+        row: &FeatureRow,
+        k: &KindModels,
+        preds: &[Option<f64>],
+        x: &[f64],
+        out: &mut Vec<Forecast>,
+    ) {
+        let mut entity: Option<Arc<str>> = None;
+        for (m, p) in k.models.iter().zip(preds) {
+            let Some(p) = *p else { continue };
             let e = &self.bundle.manifest.models[m.entry];
-            let b = &self.bundle.boosters[m.entry];
             let mut f = Forecast {
                 entity_kind: row.entity_kind,
                 entity: entity
@@ -268,8 +329,7 @@ impl Bound {
             };
             match e.task {
                 Task::Classifier => {
-                    f.spike_probability =
-                        Some(e.probability(b.predict(x))).filter(|p| p.is_finite());
+                    f.spike_probability = Some(e.probability(p)).filter(|p| p.is_finite());
                     f.threshold = e.threshold;
                     f.rule = e.alarm_rule();
                 }
@@ -277,7 +337,7 @@ impl Bound {
                     let Some(now) = base_now(m.base.iter().map(|&j| x[j])) else {
                         continue;
                     };
-                    let v = Some(e.forecast(b.predict(x), now)).filter(|v| v.is_finite());
+                    let v = Some(e.forecast(p, now)).filter(|v| v.is_finite());
                     match e.target.as_str() {
                         "rtt_p99" => f.rtt_forecast_s = v,
                         _ => f.throughput_forecast_bytes_per_s = v,
@@ -286,8 +346,33 @@ impl Bound {
             }
             out.push(f);
         }
-        true
     }
+}
+
+/// Where a scored row's inputs and predictions are (`Bound::score`).
+#[derive(Clone, Copy)]
+struct Scored {
+    /// Its kind among `Bound::kinds`.
+    kind: usize,
+    /// Where its models' predictions start in `Buffers::preds`.
+    preds: usize,
+    /// Where its gathered input starts in `Buffers::gathered` (None: the row's values).
+    input: Option<usize>,
+}
+
+/// The model stage's buffers, kept from tick to tick.
+#[derive(Default)]
+pub struct Buffers {
+    gathered: Vec<f64>,
+    /// The rows of the kind being scored.
+    members: Vec<usize>,
+    /// Per scored row and model of its kind: the prediction, None where the model's
+    /// presence feature was not known.
+    preds: Vec<Option<f64>>,
+    /// One model's predictions.
+    batch: Vec<f64>,
+    /// Per row.
+    scored: Vec<Option<Scored>>,
 }
 
 /// Where `probe run` keeps the model that serves; SIGHUP swaps it.
@@ -296,7 +381,7 @@ pub type Slot = Arc<Mutex<Option<Arc<Bound>>>>;
 /// The pipeline stage.
 pub struct Model {
     slot: Slot,
-    scratch: Vec<f64>,
+    buffers: Buffers,
     /// Each alarm's ticks in a row at or above its threshold, as of the last tick: an
     /// entity or model not scored this tick starts again from zero.
     streaks: FxHashMap<AlarmKey, u32>,
@@ -310,7 +395,7 @@ impl Model {
     pub fn new(slot: Slot) -> Self {
         Self {
             slot,
-            scratch: Vec::new(),
+            buffers: Buffers::default(),
             streaks: FxHashMap::default(),
             spare: FxHashMap::default(),
             scored_by: None,
@@ -348,10 +433,7 @@ impl Model {
             self.scored_by = Some(bound.clone());
         }
         let mut forecasts = Vec::new();
-        let mut entities = 0;
-        for row in rows {
-            entities += u64::from(bound.score(row, &mut self.scratch, &mut forecasts));
-        }
+        let entities = bound.score(rows, &mut self.buffers, &mut forecasts);
         self.alarms(&mut forecasts);
         Some(Scores {
             forecasts,
@@ -485,7 +567,10 @@ mod tests {
 
     fn targets(b: &Bound, r: &FeatureRow) -> Vec<String> {
         let mut out = Vec::new();
-        assert!(b.score(r, &mut Vec::new(), &mut out));
+        assert_eq!(
+            b.score(std::slice::from_ref(r), &mut Buffers::default(), &mut out),
+            1
+        );
         let mut t: Vec<String> = out.into_iter().map(|f| f.target.to_string()).collect();
         t.sort();
         t
@@ -581,7 +666,7 @@ mod tests {
             ]
         );
         let mut out = Vec::new();
-        b.score(&r, &mut Vec::new(), &mut out);
+        b.score(std::slice::from_ref(&r), &mut Buffers::default(), &mut out);
         let p = |t: &str| {
             out.iter()
                 .find(|f| &*f.target == t)
@@ -655,6 +740,101 @@ mod cost {
         cost::{tick_inputs, TICKS},
         Engine, FeatureConfig,
     };
+
+    /// The stage scores a tick's rows together; each row's forecasts are the ones it gets
+    /// scored alone, to the bit and in the same order (the bench's rows: peers with and
+    /// without RTT, interfaces, the host).
+    #[test]
+    fn rows_scored_together_score_as_scored_alone() {
+        let cfg = FeatureConfig::default();
+        let bound = crate::model::load(None, &cfg).unwrap().unwrap();
+        let mut e = Engine::new(cfg);
+        let mut rows = Vec::new();
+        for t in 0..40 {
+            let (now, obs, bursts) = tick_inputs(t);
+            rows = e.tick(now, &obs, &bursts);
+        }
+        // Some peers without RTT in the shortest window: their RTT models are gated.
+        let mut gated = 0;
+        for r in rows.iter_mut().step_by(5) {
+            if let Some(i) = r.schema.index("rtt_p99_mean_5s") {
+                r.values[i] = f64::NAN;
+                gated += 1;
+            }
+        }
+        assert!(gated > 5);
+        let (mut together, mut alone) = (Vec::new(), Vec::new());
+        let mut buf = Buffers::default();
+        let n = bound.score(&rows, &mut buf, &mut together);
+        let mut m = 0;
+        for r in &rows {
+            m += bound.score(std::slice::from_ref(r), &mut buf, &mut alone);
+        }
+        assert_eq!(n, m);
+        assert!(
+            together.len() > rows.len() * 5,
+            "{} forecasts",
+            together.len()
+        );
+        let bits = |f: &Forecast| {
+            [
+                f.spike_probability,
+                f.rtt_forecast_s,
+                f.throughput_forecast_bytes_per_s,
+            ]
+            .map(|v| v.map(f64::to_bits))
+        };
+        assert_eq!(together.len(), alone.len());
+        for (a, b) in together.iter().zip(&alone) {
+            assert_eq!(
+                (&a.entity, &a.target, a.horizon_s),
+                (&b.entity, &b.target, b.horizon_s)
+            );
+            assert_eq!(bits(a), bits(b), "{} {}", a.entity, a.target);
+        }
+    }
+
+    #[test]
+    #[ignore = "a measurement, run in release"]
+    fn scoring_batch_vs_alone() {
+        let cfg = FeatureConfig::default();
+        let bound = crate::model::load(None, &cfg).unwrap().unwrap();
+        let mut e = Engine::new(cfg);
+        let mut rows = Vec::new();
+        for t in 0..40 {
+            let (now, obs, bursts) = tick_inputs(t);
+            rows = e.tick(now, &obs, &bursts);
+        }
+        let mut buf = Buffers::default();
+        let (mut a, mut b) = (0.0, 0.0);
+        for round in 0..40 {
+            for alone in [round % 2 == 0, round % 2 == 1] {
+                let t = std::time::Instant::now();
+                for _ in 0..50 {
+                    let mut out = Vec::new();
+                    if alone {
+                        for r in &rows {
+                            bound.score(std::slice::from_ref(r), &mut buf, &mut out);
+                        }
+                    } else {
+                        bound.score(&rows, &mut buf, &mut out);
+                    }
+                    std::hint::black_box(out);
+                }
+                let us = t.elapsed().as_secs_f64() * 1e6 / (50 * rows.len()) as f64;
+                if alone {
+                    a += us
+                } else {
+                    b += us
+                }
+            }
+        }
+        eprintln!(
+            "alone {:.2} us, together {:.2} us per row",
+            a / 40.0,
+            b / 40.0
+        );
+    }
 
     #[test]
     #[ignore = "a measurement, run in release"]

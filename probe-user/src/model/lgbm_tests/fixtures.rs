@@ -23,6 +23,22 @@ fn check(name: &str, rows: &[Vec<f64>]) -> Booster {
         bit_exact +=
             usize::from(got_raw.to_bits() == raw.to_bits() && got_pred.to_bits() == pred.to_bits());
     }
+    // All rows at once (the model stage's way), with a row too short among them: each
+    // score is the one of its row alone, to the bit, and the short row's is NaN.
+    let short = vec![0.0; booster.num_features().saturating_sub(1)];
+    let mut batch: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+    batch.insert(rows.len() / 2, &short);
+    let mut got = vec![0.0; batch.len()];
+    booster.predict_many(&batch, &mut got);
+    for (i, (x, p)) in batch.iter().zip(&got).enumerate() {
+        assert_eq!(
+            p.to_bits(),
+            booster.predict(x).to_bits(),
+            "{name}: row {i} of {} scored together",
+            batch.len()
+        );
+    }
+    assert!(booster.num_features() == 0 || got[rows.len() / 2].is_nan());
     println!(
         "{name:<18} trees {:>3}  rows {:>4}  max|raw diff| {max_raw:e}  max|pred diff| {max_pred:e}  bit-identical rows {bit_exact}/{}",
         booster.num_trees(),
