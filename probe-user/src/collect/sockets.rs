@@ -34,6 +34,9 @@ const NLMSG_DONE: u16 = 3;
 const RESPONSE_HEADER_LEN: usize = 72;
 /// The share of the time reading the queues may take on average.
 pub const READ_SHARE: f64 = 0.001;
+/// The longest a read stands in for the queues (s): with more sockets than a read a
+/// minute keeps under READ_SHARE (~90,000 here), reads take more.
+const MAX_STALE_S: f64 = 60.0;
 
 /// One peer's queued bytes, summed over its established connections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,10 +107,13 @@ impl SocketQueues {
     /// last one. On an error every peer's queues stay unknown, and the next tick reads.
     pub fn add_to(&mut self, peers: &mut [PeerSeries], tick_s: f64) -> Result<()> {
         if self.wait == 0 {
-            let t = std::time::Instant::now();
+            // The read's CPU time, not its wall-clock time: on a busy host a read the
+            // scheduler preempted once took 50 times its cost, and the wait it set left the
+            // queues stale for most of a minute.
+            let t = thread_cpu_s();
             let read = self.read()?;
             self.last = read.iter().map(|(ip, q)| (peer_label(*ip), *q)).collect();
-            self.wait = ticks_to_wait(t.elapsed().as_secs_f64(), tick_s);
+            self.wait = ticks_to_wait(thread_cpu_s() - t, tick_s);
         } else {
             self.wait -= 1;
         }
@@ -213,8 +219,22 @@ fn add_socket(peers: &mut FxHashMap<IpAddr, Queues>, payload: &[u8], cgroup: Opt
 /// Ticks to skip after a read that took `cost_s`, so that reads take at most [`READ_SHARE`]
 /// of the time.
 fn ticks_to_wait(cost_s: f64, tick_s: f64) -> u32 {
-    let every = (cost_s / (READ_SHARE * tick_s.max(1e-3))).ceil();
-    (every.clamp(1.0, 3600.0) as u32) - 1
+    let tick_s = tick_s.max(1e-3);
+    let every = (cost_s / (READ_SHARE * tick_s)).ceil();
+    let most = (MAX_STALE_S / tick_s).floor().max(1.0);
+    (every.clamp(1.0, most) as u32) - 1
+}
+
+/// This thread's CPU time (user and system), in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given; the clock always exists on
+    // Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// The `inuse` count of a sockstat line (`TCP: inuse 4 orphan 0 ...`); None when unknown.
@@ -316,6 +336,28 @@ mod tests {
         assert_eq!(ticks_to_wait(0.013, 1.0), 12);
         assert_eq!(ticks_to_wait(0.000_4, 0.1), 3);
         assert_eq!(ticks_to_wait(0.0, 1.0), 0);
+        // A read of 0.5 s never leaves the queues stale for more than a minute.
+        assert_eq!(ticks_to_wait(0.5, 1.0), 59);
+        assert_eq!(ticks_to_wait(0.5, 0.1), 599);
+    }
+
+    /// The cost that sets the wait is this thread's CPU time: a sleep adds none of it, a
+    /// busy loop adds it.
+    #[test]
+    fn a_read_is_charged_its_cpu_time_only() {
+        let t = thread_cpu_s();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let slept = thread_cpu_s() - t;
+        assert!(slept < 0.01, "{slept} s of CPU while asleep");
+        // Busy until the clock has counted 10 ms (at most 5 s on a crowded machine); it
+        // counts no faster than the wall clock.
+        let (t, start) = (thread_cpu_s(), std::time::Instant::now());
+        while thread_cpu_s() - t < 0.01 && start.elapsed() < std::time::Duration::from_secs(5) {
+            std::hint::black_box(0u64);
+        }
+        let (busy, wall) = (thread_cpu_s() - t, start.elapsed().as_secs_f64());
+        assert!(busy >= 0.01, "{busy} s of CPU in {wall} s busy");
+        assert!(busy <= wall + 0.002, "{busy} s of CPU in {wall} s");
     }
 
     #[test]
