@@ -38,6 +38,17 @@ const SEGMENT_BYTES: f64 = 1448.0;
 const WINDOW_S: f64 = 5.0;
 /// How long a condition holds before the alert fires (`for:`).
 const FOR_S: f64 = 2.0;
+/// The compute branch (a straggler holds the job's bytes unread): more than this many bytes
+/// (each peer's mean over `QUEUE_WINDOW_S`, summed), `UNREAD_STAND_OUT` times the job's
+/// median host, held in more than `UNREAD_HELD` of the window's ticks, its RTT towards the
+/// job at most `CALM_RTT` times calm, while the job moves less than `JOB_SLOWED` of its
+/// calm bytes per second and the network does not explain it (see `conditions`).
+const UNREAD_FLOOR: f64 = 65536.0;
+const UNREAD_STAND_OUT: f64 = 4.0;
+const UNREAD_HELD: f64 = 0.3;
+const QUEUE_WINDOW_S: f64 = 10.0;
+const CALM_RTT: f64 = 1.5;
+pub const JOB_SLOWED: f64 = 0.8;
 /// Namings of one host and direction this close together are one culprit episode.
 pub const MERGE_S: f64 = 15.0;
 
@@ -61,6 +72,16 @@ pub struct Scores {
     pub egress_share: Vec<Vec<f64>>,
     pub retransmit_share: Vec<Vec<f64>>,
     pub retransmits: Vec<Vec<f64>>,
+    /// Bytes host i holds unread, and unsent, in its sockets towards the job's hosts (each
+    /// peer's mean over 10 s, summed), and the share of those 10 s's ticks it held any
+    /// unread.
+    pub unread: Vec<Vec<f64>>,
+    pub unsent: Vec<Vec<f64>>,
+    pub unread_held: Vec<Vec<f64>>,
+    /// The job's pace (`probe:job_pace_ratio`): its bytes per second (every host towards
+    /// the job's hosts, over 5 s) over their calm level (the median of the last hour's
+    /// ticks no host was named at, once 20).
+    pub job_pace: Vec<f64>,
     /// ratio[i][j][k]: host i's srtt towards host j over its calm level at tick k.
     pub ratio: Vec<Vec<Vec<f64>>>,
 }
@@ -90,6 +111,8 @@ pub struct Evidence {
     pub egress_share: f64,
     pub retransmit_share: f64,
     pub retransmits_per_s: f64,
+    pub unread_bytes: f64,
+    pub job_pace: f64,
 }
 
 /// One host's recording on the common grid of ticks.
@@ -140,6 +163,8 @@ struct Towards {
     samples: Vec<f64>,
     sent: Vec<f64>,
     retransmits: Vec<f64>,
+    unread: Vec<f64>,
+    unsent: Vec<f64>,
 }
 
 /// One host's view, per tick: towards each job host (by index), and its qdiscs' sojourn.
@@ -179,11 +204,15 @@ fn view(h: &Host, addrs: &[String], g: &Grid) -> View {
             samples: nan(),
             sent: nan(),
             retransmits: nan(),
+            unread: nan(),
+            unsent: nan(),
         });
         t.srtt[k] = o.srtt_s.unwrap_or(f64::NAN);
         t.samples[k] = o.rtt_samples.map_or(f64::NAN, |x| x as f64);
         t.sent[k] = o.tx_bytes_per_s.unwrap_or(f64::NAN);
         t.retransmits[k] = o.retransmits_per_s.unwrap_or(f64::NAN);
+        t.unread[k] = o.receive_queue_bytes.map_or(f64::NAN, |x| x as f64);
+        t.unsent[k] = o.send_queue_bytes.map_or(f64::NAN, |x| x as f64);
     }
     View { towards, sojourn }
 }
@@ -362,8 +391,26 @@ fn scores_paused(
         egress_share: vec![nan(); m],
         retransmit_share: vec![nan(); m],
         retransmits: vec![nan(); m],
+        unread: vec![nan(); m],
+        unsent: vec![nan(); m],
+        unread_held: vec![nan(); m],
+        job_pace: nan(),
         ratio: Vec::new(),
     };
+    queues(&mut sc, g, views);
+    let rate: Vec<f64> = (0..g.n)
+        .map(|k| {
+            let each = views.iter().enumerate().flat_map(|(i, v)| {
+                v.towards
+                    .iter()
+                    .filter(move |(j, _)| **j != i)
+                    .map(move |(_, t)| recent_mean(&t.sent, k, w))
+            });
+            sum_known(each)
+        })
+        .collect();
+    let calm_rate = calm(&rate, g, paused);
+    sc.job_pace = rate.iter().zip(&calm_rate).map(|(a, b)| a / b).collect();
     for i in 0..m {
         for k in 0..g.n {
             let s = median_of(column(&ratio, i, k, true));
@@ -402,6 +449,41 @@ fn scores_paused(
     }
     sc.ratio = ratio;
     sc
+}
+
+/// The sum of the finite values (NaN when none is), as PromQL's `sum` of the series there.
+fn sum_known(v: impl Iterator<Item = f64>) -> f64 {
+    v.filter(|x| x.is_finite())
+        .fold(f64::NAN, |s, x| if s.is_nan() { x } else { s + x })
+}
+
+/// Where the job's bytes wait, per host (`probe:job_host_unread_bytes:avg10s`,
+/// `probe:job_host_unsent_bytes:avg10s`, `probe:job_host_unread:held`).
+fn queues(sc: &mut Scores, g: &Grid, views: &[View]) {
+    let w = g.ticks(QUEUE_WINDOW_S);
+    for (i, v) in views.iter().enumerate() {
+        let peers = || {
+            v.towards
+                .iter()
+                .filter(move |(j, _)| **j != i)
+                .map(|(_, t)| t)
+        };
+        let held: Vec<f64> = (0..g.n)
+            .map(|k| {
+                let s = sum_known(peers().map(|t| t.unread[k]));
+                if s.is_nan() {
+                    f64::NAN
+                } else {
+                    f64::from(u8::from(s > 0.0))
+                }
+            })
+            .collect();
+        for k in 0..g.n {
+            sc.unread[i][k] = sum_known(peers().map(|t| recent_mean(&t.unread, k, w)));
+            sc.unsent[i][k] = sum_known(peers().map(|t| recent_mean(&t.unsent, k, w)));
+            sc.unread_held[i][k] = recent_mean(&held, k, w);
+        }
+    }
 }
 
 fn weighted_median(mut v: Vec<(f64, f64)>) -> f64 {
@@ -445,6 +527,44 @@ fn conditions(sc: &Scores, i: usize, k: usize, w: usize) -> Vec<(&'static str, &
     if sc.retransmit_share[i][k] > LOSS_SHARE && sc.retransmits[i][k] > LOSS_RATE {
         out.push(("ingress", "loss"));
     }
+    // Compute: the host holds the job's bytes unread (its peers' chunks wait for it to
+    // read them), the most of the job's hosts (once the job slows, the others' phase lag
+    // holds a chunk now and then: 0.1x the straggler's at 8 ranks) and more than any host
+    // holds unsent (a slow link's sender would), while its own RTT is calm and the job as
+    // a whole moves fewer bytes than at its calm pace (a
+    // calm ring's phase lag also holds a chunk unread on one host, at full pace).
+    let unread = sc.unread[i][k];
+    let median_unread = median_of(sc.unread.iter().map(|h| h[k]).collect());
+    let most = |x: &[Vec<f64>]| {
+        x.iter()
+            .map(|h| h[k])
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::max)
+    };
+    // The network explains the job's slowing down when, in the last 10 s, over 1% of what
+    // a host of the job was sent was retransmitted (the host before a lossy link is stuck
+    // sending and leaves its own input unread), or when a host's own egress holds its
+    // slowed RTT (the egress branch without its stand-out).
+    let w10 = ((QUEUE_WINDOW_S / sc.tick_s).round() as usize).max(1);
+    let lossy = sc.retransmit_share.iter().any(|h| {
+        h[k + 1 - w10.min(k + 1)..=k]
+            .iter()
+            .any(|v| *v > LOSS_SHARE)
+    });
+    let queued = (0..sc.hosts.len())
+        .any(|j| sc.as_sender[j][k] > RATIO && sc.egress_share[j][k] > EGRESS_SHARE);
+    if !lossy
+        && !queued
+        && unread > UNREAD_FLOOR
+        && unread > UNREAD_STAND_OUT * median_unread
+        && unread >= most(&sc.unread)
+        && unread > most(&sc.unsent)
+        && sc.unread_held[i][k] > UNREAD_HELD
+        && sc.as_sender[i][k] <= CALM_RTT
+        && sc.job_pace[k] < JOB_SLOWED
+    {
+        out.push(("compute", "straggler"));
+    }
     out
 }
 
@@ -480,7 +600,7 @@ pub fn culprits(sc: &Scores) -> Vec<Culprit> {
     let gap = (MERGE_S / sc.tick_s).round() as usize;
     let mut out = Vec::new();
     for (i, f) in fired.iter().enumerate() {
-        for direction in ["egress", "ingress"] {
+        for direction in ["egress", "ingress", "compute"] {
             let ticks: Vec<(usize, &'static str)> = f
                 .iter()
                 .filter(|x| x.1 == direction)
@@ -513,6 +633,7 @@ fn culprit(
     // The strongest tick by the score that named it.
     let strength = |k: usize| match direction {
         "egress" => sc.as_sender[i][k],
+        "compute" => sc.unread[i][k],
         _ => sc.link[i][k].max(100.0 * sc.retransmit_share[i][k]),
     };
     let peak = ticks
@@ -535,6 +656,8 @@ fn culprit(
             egress_share: sc.egress_share[i][peak],
             retransmit_share: sc.retransmit_share[i][peak],
             retransmits_per_s: sc.retransmits[i][peak],
+            unread_bytes: sc.unread[i][peak],
+            job_pace: sc.job_pace[peak],
         },
         matrix: sc
             .ratio
@@ -698,6 +821,83 @@ mod tests {
             .collect()
     }
 
+    /// Four hosts in a ring, calm for 120 s (1 ms, 1,000 segments a second each, nothing
+    /// queued); then host c holds 512 KiB of b's data unread and b 128 KiB unsent towards c
+    /// (c's window is full), every RTT calm, and the job's bytes a second fall to
+    /// `pace` of calm from 150 s; with `lossy`, b retransmits 4% of what it sends to c.
+    fn straggler(pace: f64, lossy: bool) -> Vec<Recording> {
+        let addr = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
+        let mut out: Vec<Vec<Observation>> = vec![Vec::new(); 4];
+        for k in 0..200 {
+            let t = 1_000.0 + k as f64;
+            let on = k >= 120;
+            for (i, o) in out.iter_mut().enumerate() {
+                let (next, prev) = ((i + 1) % 4, (i + 3) % 4);
+                let rate = if k >= 150 { pace } else { 1.0 };
+                o.push(Observation {
+                    time_unix: t,
+                    interval_s: 1.0,
+                    entity_kind: PEER.into(),
+                    entity: addr[next].into(),
+                    srtt_s: Some(0.001),
+                    rtt_samples: Some(50),
+                    tx_bytes_per_s: Some(1448.0 * 1000.0 * rate),
+                    retransmits_per_s: Some(if lossy && on && i == 1 { 40.0 } else { 0.0 }),
+                    receive_queue_bytes: Some(0),
+                    send_queue_bytes: Some(if on && i == 1 { 131_072 } else { 0 }),
+                    ..Observation::default()
+                });
+                o.push(Observation {
+                    time_unix: t,
+                    interval_s: 1.0,
+                    entity_kind: PEER.into(),
+                    entity: addr[prev].into(),
+                    receive_queue_bytes: Some(if on && i == 2 { 524_288 } else { 0 }),
+                    send_queue_bytes: Some(0),
+                    ..Observation::default()
+                });
+            }
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(i, o)| rec(addr[i], o))
+            .collect()
+    }
+
+    /// The host that holds the job's bytes unread while the job slows is named compute,
+    /// once the pace is under 0.8 of calm (the rate is a mean of 5 ticks: 0.7 at 152 at
+    /// half pace, then held 2 s); the same unread bytes at the job's full pace (a calm ring's phase
+    /// lag) or at 0.9 of it name nobody.
+    #[test]
+    fn names_the_host_the_job_waits_on_only_when_the_job_slowed() {
+        let recs = straggler(0.5, false);
+        let sc = scores(&hosts(&recs));
+        assert!((sc.job_pace[140] - 1.0).abs() < 1e-9);
+        assert!((sc.job_pace[160] - 0.5).abs() < 1e-9);
+        assert_eq!(sc.unread[2][140], 524_288.0);
+        assert_eq!(sc.unsent[1][140], 131_072.0);
+        assert_eq!(sc.unread_held[2][140], 1.0);
+        let c = culprits(&sc);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(
+            (c[0].host.as_str(), c[0].direction),
+            ("10.0.0.3", "compute")
+        );
+        assert_eq!(c[0].causes, ["straggler"]);
+        assert_eq!(c[0].from_unix, 1_154.0);
+        assert_eq!(c[0].evidence.unread_bytes, 524_288.0);
+        for pace in [1.0, 0.9] {
+            let recs = straggler(pace, false);
+            let c = culprits(&scores(&hosts(&recs)));
+            assert!(c.is_empty(), "pace {pace}: {c:?}");
+        }
+        // Loss into c explains the slowing down: c is named ingress, nobody compute.
+        let recs = straggler(0.5, true);
+        let c = culprits(&scores(&hosts(&recs)));
+        let named: Vec<_> = c.iter().map(|c| (c.host.as_str(), c.direction)).collect();
+        assert_eq!(named, [("10.0.0.3", "ingress")], "{c:?}");
+    }
+
     #[test]
     fn names_the_host_whose_egress_holds_the_queue_and_no_other() {
         let recs = ring(false);
@@ -767,6 +967,18 @@ mod tests {
             format!("probe:job_host_retransmits:as_receiver > {LOSS_RATE}"),
             format!("/ {SEGMENT_BYTES}"),
             format!("for: {FOR_S}s"),
+            format!("probe:job_host_unread_bytes:avg10s > {UNREAD_FLOOR}"),
+            format!("{UNREAD_STAND_OUT} * quantile by (training_job) (0.5, probe:job_host_unread_bytes:avg10s)"),
+            "max by (training_job) (probe:job_host_unsent_bytes:avg10s)".into(),
+            ">= on (training_job) group_left\n              max by (training_job) (probe:job_host_unread_bytes:avg10s)".into(),
+            format!("avg_over_time(probe:job_host_unread:held[{QUEUE_WINDOW_S}s]) > {UNREAD_HELD}"),
+            format!("avg_over_time(probe_tcp_receive_queue_bytes[{QUEUE_WINDOW_S}s])"),
+            format!("probe:job_host_srtt_ratio:as_sender <= {CALM_RTT}"),
+            format!("probe:job_pace_ratio < {JOB_SLOWED}"),
+            format!("max_over_time(probe:job_host_retransmit_share:as_receiver[{QUEUE_WINDOW_S}s]) > {LOSS_SHARE}"),
+            format!("probe:job_host_srtt_ratio:as_sender > {RATIO}\n                  and on (instance) probe:job_host_egress_queue_share > {EGRESS_SHARE}"),
+            format!("quantile_over_time({CALM_QUANTILE}, probe:job_sent_segments:sum_rate5s_calm[1h])"),
+            format!("count_over_time(probe:job_sent_segments:sum_rate5s_calm[1h]) >= {CALM_MIN_SAMPLES}"),
         ] {
             assert!(
                 rules.contains(&needle),

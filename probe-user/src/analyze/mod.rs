@@ -522,10 +522,11 @@ fn culprit_section(
     let sc = culprit::scores(&hosts);
     let found = culprit::culprits(&sc);
     d.p(format!(
-        "The live alert `ProbeJobCulpritHost` (rules/job.rules.yml, docs/job.md) evaluated at every tick ({:.1} s) of {} hosts' recordings: a host is named **egress** when its RTT towards the job's hosts is over {}x its calm level (the median of the last hour, not learnt while the job is named) and over twice the job's lowest host's, and its own qdisc holds more than a quarter of it, **ingress** when its connections are slowed both ways while its qdisc is calm (the queue is on what reaches it), or when over 1% of the segments sent to it are retransmitted. Namings of one host and direction less than {:.0} s apart are one row.{}",
+        "The live alert `ProbeJobCulpritHost` (rules/job.rules.yml, docs/job.md) evaluated at every tick ({:.1} s) of {} hosts' recordings: a host is named **egress** when its RTT towards the job's hosts is over {}x its calm level (the median of the last hour, not learnt while the job is named) and over twice the job's lowest host's, and its own qdisc holds more than a quarter of it, **ingress** when its connections are slowed both ways while its qdisc is calm (the queue is on what reaches it), or when over 1% of the segments sent to it are retransmitted, **compute** when it holds the job's bytes unread in its sockets (over 64 KiB, 4x the job's median host, more than any host holds unsent) with its RTT calm while the job moves under {}x its calm bytes per second and no loss or egress queue in the job explains it. Namings of one host and direction less than {:.0} s apart are one row.{}",
         sc.tick_s,
         hosts.len(),
         culprit::RATIO,
+        culprit::JOB_SLOWED,
         culprit::MERGE_S,
         if unnamed.is_empty() {
             String::new()
@@ -548,12 +549,14 @@ fn culprit_section(
                     rel(c.from_unix),
                     rel(c.to_unix),
                     format!(
-                        "at {}: RTT x{} as sender, x{} as receiver; own qdisc {}% of its RTT; retransmits {}% of the segments sent to it",
+                        "at {}: RTT x{} as sender, x{} as receiver; own qdisc {}% of its RTT; retransmits {}% of the segments sent to it; {} kB unread; the job at {}x its calm pace",
                         rel(c.peak_unix),
                         num(e.as_sender, 1),
                         num(e.as_receiver, 1),
                         num(100.0 * e.egress_share, 0),
-                        num(100.0 * e.retransmit_share, 2)
+                        num(100.0 * e.retransmit_share, 2),
+                        num(e.unread_bytes / 1e3, 0),
+                        num(e.job_pace, 2)
                     ),
                 ]
             })
@@ -595,7 +598,7 @@ fn culprit_section(
 /// A lab run's episodes and what the culprits said of each.
 fn lab_verdicts(d: &mut report::Doc, v: &culprit::LabVerdicts) {
     d.h(2, "Against the lab's episodes");
-    d.p("Each episode's culprit is the host the lab acted on: its egress for a tbf, a squeeze or cross traffic it sends, its ingress for incast and loss (compute stragglers are not named: docs/job.md). Named: the first tick it was named while the episode was on or up to 15 s after.");
+    d.p("Each episode's culprit is the host the lab acted on: its egress for a tbf, a squeeze or cross traffic it sends, its ingress for incast and loss, its compute for a straggler. Named: the first tick it was named while the episode was on or up to 15 s after.");
     d.table(
         &[
             "episode",
