@@ -741,11 +741,8 @@ mod cost {
         Engine, FeatureConfig,
     };
 
-    /// The stage scores a tick's rows together; each row's forecasts are the ones it gets
-    /// scored alone, to the bit and in the same order (the bench's rows: peers with and
-    /// without RTT, interfaces, the host).
-    #[test]
-    fn rows_scored_together_score_as_scored_alone() {
+    /// The built-in model, and the feature rows of the bench's shape after 40 ticks.
+    fn built_in_on_bench_rows() -> (Bound, Vec<FeatureRow>) {
         let cfg = FeatureConfig::default();
         let bound = crate::model::load(None, &cfg).unwrap().unwrap();
         let mut e = Engine::new(cfg);
@@ -754,6 +751,15 @@ mod cost {
             let (now, obs, bursts) = tick_inputs(t);
             rows = e.tick(now, &obs, &bursts);
         }
+        (bound, rows)
+    }
+
+    /// The stage scores a tick's rows together; each row's forecasts are the ones it gets
+    /// scored alone, to the bit and in the same order (the bench's rows: peers with and
+    /// without RTT, interfaces, the host).
+    #[test]
+    fn rows_scored_together_score_as_scored_alone() {
+        let (bound, mut rows) = built_in_on_bench_rows();
         // Some peers without RTT in the shortest window: their RTT models are gated.
         let mut gated = 0;
         for r in rows.iter_mut().step_by(5) {
@@ -794,17 +800,12 @@ mod cost {
         }
     }
 
+    /// The stage's rows scored together against one at a time, alternating in one process:
+    /// `cargo test --release -p probe-user scoring_batch_vs_alone -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, run in release"]
     fn scoring_batch_vs_alone() {
-        let cfg = FeatureConfig::default();
-        let bound = crate::model::load(None, &cfg).unwrap().unwrap();
-        let mut e = Engine::new(cfg);
-        let mut rows = Vec::new();
-        for t in 0..40 {
-            let (now, obs, bursts) = tick_inputs(t);
-            rows = e.tick(now, &obs, &bursts);
-        }
+        let (bound, rows) = built_in_on_bench_rows();
         let mut buf = Buffers::default();
         let (mut a, mut b) = (0.0, 0.0);
         for round in 0..40 {
