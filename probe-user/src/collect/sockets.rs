@@ -107,9 +107,9 @@ impl SocketQueues {
     /// last one. On an error every peer's queues stay unknown, and the next tick reads.
     pub fn add_to(&mut self, peers: &mut [PeerSeries], tick_s: f64) -> Result<()> {
         if self.wait == 0 {
-            // The read's CPU time, not its wall-clock time: on a busy host a read the
-            // scheduler preempted once took 50 times its cost, and the wait it set left the
-            // queues stale for most of a minute.
+            // The read's CPU time, not its wall-clock time, which on a busy host includes
+            // waiting for a CPU: one read that waited long made the next ones wait with it
+            // (a straggler's unread bytes went unseen for a whole lab episode).
             let t = thread_cpu_s();
             let read = self.read()?;
             self.last = read.iter().map(|(ip, q)| (peer_label(*ip), *q)).collect();

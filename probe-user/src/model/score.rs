@@ -257,17 +257,14 @@ impl Bound {
                 });
                 preds.resize(preds.len() + nm, None);
             }
-            let input = |s: &Scored, i: usize| -> &[f64] {
-                match (s.input, &k.gather) {
-                    (Some(at), Some(g)) => &gathered[at..at + g.len()],
-                    _ => &rows[i].values,
-                }
-            };
             for (mi, m) in k.models.iter().enumerate() {
                 let (held, xs): (Vec<usize>, Vec<&[f64]>) = members
                     .iter()
                     .filter(|&&i| m.presence.holds(&rows[i].values))
-                    .map(|&i| (i, input(scored[i].as_ref().expect("a member"), i)))
+                    .map(|&i| {
+                        let s = scored[i].as_ref().expect("a member");
+                        (i, s.model_input(k, gathered, &rows[i]))
+                    })
                     .unzip();
                 batch.clear();
                 batch.resize(xs.len(), 0.0);
@@ -283,10 +280,7 @@ impl Bound {
             let Some(s) = s else { continue };
             entities += 1;
             let k = &self.kinds[s.kind];
-            let x = match (s.input, &k.gather) {
-                (Some(at), Some(g)) => &gathered[at..at + g.len()],
-                _ => &rows[i].values[..],
-            };
+            let x = s.model_input(k, gathered, &rows[i]);
             self.forecasts(
                 &rows[i],
                 k,
@@ -358,6 +352,21 @@ struct Scored {
     preds: usize,
     /// Where its gathered input starts in `Buffers::gathered` (None: the row's values).
     input: Option<usize>,
+}
+
+impl Scored {
+    /// The row's input in its models' feature order: gathered, or the row's values.
+    fn model_input<'a>(
+        &self,
+        k: &KindModels,
+        gathered: &'a [f64],
+        row: &'a FeatureRow,
+    ) -> &'a [f64] {
+        match (self.input, &k.gather) {
+            (Some(at), Some(g)) => &gathered[at..at + g.len()],
+            _ => &row.values,
+        }
+    }
 }
 
 /// The model stage's buffers, kept from tick to tick.
