@@ -130,6 +130,7 @@ async fn serve(
         &mut loaded.ebpf,
         std::mem::take(&mut loaded.drop_reasons),
         cfg.flow_scan_ticks(),
+        cfg.features.events_per_peer,
     )?;
     let mut sources = Sources::new(
         collector,

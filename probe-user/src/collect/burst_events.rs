@@ -8,12 +8,16 @@
 //! burst ends on a busy host, not a tick's: 4,096 by default (163,840 a second per CPU).
 //!
 //! Every record read is folded into its peer's histograms (`BurstRecords`, exact counts);
-//! at most MAX_EVENTS_PER_TICK are kept as events, and reading stops at twice that until the next
-//! tick, so a tick's work is bounded even while the programs keep writing. Lost events are
-//! counted in two places: the kernel counts records a full ring refused (ERRORS slot
-//! BURST_EVENTS_FULL; the program folds those bursts into PEER_BURSTS itself), and this
-//! collector counts what it read beyond the per-tick cap. Kernel monotonic times become
-//! wall-clock seconds, and interface and peer are named as the flow collector names them.
+//! MAX_EVENTS_PER_TICK are kept as events in full, and past that only the newest of each
+//! (interface, direction, peer) that the feature stage can use (`burst_records::Limit`), so
+//! the features of a busy tick are those of all its bursts; reading stops at twice the cap
+//! until the next tick, so a tick's work is bounded even while the programs keep writing.
+//! Lost events are counted in two places: the kernel counts records a full ring refused
+//! (ERRORS slot BURST_EVENTS_FULL; the program folds those bursts into PEER_BURSTS itself),
+//! and this collector counts what it read but could hold no longer (past the cap, more
+//! than the tails hold); the ones past the cap that the features do not need are counted
+//! apart (thinned). Kernel monotonic times become wall-clock seconds, and interface and
+//! peer are named as the flow collector names them.
 //!
 //! A flow's burst ends only when its next packet comes after the gap. The burst in progress
 //! when the flow collector deletes an idle flow (idle for FLOW_IDLE_TIMEOUT, far longer than
@@ -34,7 +38,7 @@ use probe_ebpf::{Addr, BurstEnd, FlowKey, FlowStats, DIR_EGRESS, DIR_INGRESS};
 use rustc_hash::FxHashMap;
 
 use super::{
-    burst_records::{BurstRecords, Row},
+    burst_records::{BurstRecords, Limit, Row},
     burst_ring::BurstRing,
     direction_label,
     readings::{ip_from_abi, peer_label},
@@ -57,20 +61,24 @@ fn busy_next(busy: bool, read: usize, capacity: usize) -> bool {
     }
 }
 
-/// Events handed over per tick at most (262,144: a parameter server's 1,000 connections
-/// each ending a burst every 4 ms). The features keep a ring per peer and pass a busy
-/// peer's surplus through cheaply; 65,536 dropped two thirds of the bench's 185,000 a
-/// second.
+/// Events handed over in full per tick (262,144: a parameter server's 1,000 connections
+/// each ending a burst every 4 ms); past it, the newest of each key (`Limit`). The
+/// features keep a ring per peer and pass a busy peer's surplus through cheaply; 65,536
+/// dropped two thirds of the bench's 185,000 a second, and flowgen on another machine made
+/// 395,000 a second, a third of them over this cap.
 pub const MAX_EVENTS_PER_TICK: usize = 1 << 18;
 
 /// What the drains read since the last tick, and the rings they read it from.
 struct Drained {
     ring: BurstRing,
     records: BurstRecords,
+    limit: Limit,
     /// Records read since the last tick (reading stops at 2 x MAX_EVENTS_PER_TICK).
     read: usize,
-    /// Records read beyond MAX_EVENTS_PER_TICK and not kept, since start.
+    /// Records read past MAX_EVENTS_PER_TICK and not kept, since start: lost (more than
+    /// the tails hold), or thinned (older than their key's newest).
     dropped: u64,
+    thinned: u64,
     /// Records read by any drain (the thread's or a tick's) since the thread last looked:
     /// what sets its pace (a tick's drain just before the thread's must not slow it down).
     pace: usize,
@@ -82,20 +90,23 @@ impl Drained {
             ring,
             records,
             read,
-            dropped,
             pace,
+            ..
         } = self;
         let budget = (2 * MAX_EVENTS_PER_TICK).saturating_sub(*read);
-        let n = ring.read(budget, |cpu, s| {
-            // Only the rings' records have rows until the tick takes them.
-            let keep = records.rows().len() < MAX_EVENTS_PER_TICK;
-            records.fold_slot(cpu, s, keep);
-            if !keep {
-                *dropped += 1;
-            }
-        });
+        let n = ring.read(budget, |cpu, s| records.fold_slot(cpu, s, true));
         *read += n;
         *pace += n;
+    }
+
+    /// The records read since the last tick, their reading finished.
+    fn take(&mut self) -> BurstRecords {
+        let mut r = std::mem::replace(&mut self.records, BurstRecords::limited(self.limit));
+        r.finish();
+        self.dropped += r.lost();
+        self.thinned += r.thinned();
+        self.read = 0;
+        r
     }
 }
 
@@ -112,13 +123,20 @@ fn lock(m: &Mutex<Drained>) -> std::sync::MutexGuard<'_, Drained> {
 
 impl BurstEventCollector {
     /// Starts the drain thread. Without a thread (the system refused one) the ticks still
-    /// drain, and a ring too small for a tick loses events (counted).
-    pub fn new(ring: BurstRing) -> Self {
+    /// drain, and a ring too small for a tick loses events (counted). `events_per_peer`:
+    /// what the feature stage keeps of a peer's bursts (`features.events_per_peer`).
+    pub fn new(ring: BurstRing, events_per_peer: usize) -> Self {
+        let limit = Limit {
+            cap: MAX_EVENTS_PER_TICK,
+            per_key: events_per_peer + 1,
+        };
         let drained = Arc::new(Mutex::new(Drained {
             ring,
-            records: BurstRecords::default(),
+            records: BurstRecords::limited(limit),
+            limit,
             read: 0,
             dropped: 0,
+            thinned: 0,
             pace: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
@@ -150,17 +168,18 @@ impl BurstEventCollector {
     }
 
     /// Drains the rings once more and takes the records read since the last tick: the
-    /// per-peer folds of all of them, and at most MAX_EVENTS_PER_TICK kept as events.
+    /// per-peer folds of all of them, and as events MAX_EVENTS_PER_TICK of them and the
+    /// newest of each key past that.
     pub fn take(&mut self) -> BurstRecords {
         let mut d = lock(&self.drained);
         d.drain();
-        d.read = 0;
-        std::mem::take(&mut d.records)
+        d.take()
     }
 
-    /// Events dropped over the per-tick cap, since start.
-    pub fn dropped(&self) -> u64 {
-        lock(&self.drained).dropped
+    /// Events read past the per-tick cap and not kept, since start: (lost, thinned).
+    pub fn dropped(&self) -> (u64, u64) {
+        let d = lock(&self.drained);
+        (d.dropped, d.thinned)
     }
 }
 

@@ -22,6 +22,83 @@ pub struct Row {
     pub key: u32,
 }
 
+/// Rows kept in full (read order) up to a tick's `cap`; past it, per key only the newest
+/// `per_key` by start (the later read first among equal starts). That is all the feature
+/// stage uses of a tick: each peer's newest `events_per_peer` and the start of the one
+/// before, which lie among the newest `events_per_peer + 1` of each of the peer's keys. So a
+/// busy host's surplus costs the API and recordings events, never the features.
+#[derive(Clone, Copy, Debug)]
+pub struct Limit {
+    pub cap: usize,
+    pub per_key: usize,
+}
+
+/// The rows read past a tick's cap, per key, each with its place in the read order.
+#[derive(Default)]
+struct Tails {
+    by_key: Vec<Vec<(u32, Row)>>,
+    held: usize,
+    read: u32,
+    /// Not kept as events this tick: older than their key's newest (`thinned`), or read
+    /// while the tails held `cap` rows even after thinning (`lost`).
+    thinned: u64,
+    lost: u64,
+}
+
+impl Tails {
+    fn offer(&mut self, row: Row, limit: Limit) {
+        let seq = self.read;
+        self.read = self.read.saturating_add(1);
+        if self.held >= limit.cap {
+            self.thin_all(limit.per_key);
+            if self.held >= limit.cap {
+                self.lost += 1;
+                return;
+            }
+        }
+        let k = row.key as usize;
+        if self.by_key.len() <= k {
+            self.by_key.resize_with(k + 1, Vec::new);
+        }
+        let v = &mut self.by_key[k];
+        v.push((seq, row));
+        self.held += 1;
+        // Thinned once it holds twice what it keeps: each row is moved at most twice.
+        if v.len() >= 2 * limit.per_key.max(1) {
+            let n = thin(v, limit.per_key);
+            self.held -= n;
+            self.thinned += n as u64;
+        }
+    }
+
+    fn thin_all(&mut self, per_key: usize) {
+        for v in &mut self.by_key {
+            let n = thin(v, per_key);
+            self.held -= n;
+            self.thinned += n as u64;
+        }
+    }
+
+    /// What is kept, in read order.
+    fn into_rows(mut self, per_key: usize, out: &mut Vec<Row>) -> (u64, u64) {
+        self.thin_all(per_key);
+        let mut kept: Vec<(u32, Row)> = self.by_key.into_iter().flatten().collect();
+        kept.sort_unstable_by_key(|&(seq, _)| seq);
+        out.extend(kept.into_iter().map(|(_, r)| r));
+        (self.thinned, self.lost)
+    }
+}
+
+/// Keeps the newest `n` of `v` by (start, read order); returns how many went.
+fn thin(v: &mut Vec<(u32, Row)>, n: usize) -> usize {
+    let Some(cut) = v.len().checked_sub(n).filter(|&c| c > 0) else {
+        return 0;
+    };
+    v.select_nth_unstable_by_key(cut, |&(seq, r)| (r.start_ns, seq));
+    v.drain(..cut);
+    cut
+}
+
 #[derive(Default)]
 pub struct BurstRecords {
     ids: FxHashMap<BurstKey, u32>,
@@ -37,6 +114,12 @@ pub struct BurstRecords {
     /// can change series. It files most records without hashing their keys (hashing was
     /// most of the drain's cost).
     by_slot: Vec<u32>,
+    /// None: every record kept is a row.
+    limit: Option<Limit>,
+    tails: Tails,
+    /// Of this tick, once `finish`ed: records not kept as events (see `Tails`).
+    thinned: u64,
+    lost: u64,
 }
 
 fn key_of(r: &BurstEnd) -> BurstKey {
@@ -50,6 +133,14 @@ fn key_of(r: &BurstEnd) -> BurstKey {
 }
 
 impl BurstRecords {
+    /// Records kept as rows up to `limit.cap`, and past it as `Limit` says.
+    pub fn limited(limit: Limit) -> Self {
+        Self {
+            limit: Some(limit),
+            ..Self::default()
+        }
+    }
+
     /// Ring records, each folded and kept, as the drain files them.
     pub fn folded(records: &[BurstEnd]) -> Self {
         let mut t = Self::default();
@@ -124,9 +215,36 @@ impl BurstRecords {
         h.count += 1;
         h.bytes = h.bytes.wrapping_add(r.bytes);
         h.duration_ns = h.duration_ns.wrapping_add(r.duration_ns);
-        if keep {
-            self.rows.push(Self::row(r, id));
+        if !keep {
+            return;
         }
+        let row = Self::row(r, id);
+        match self.limit {
+            Some(limit) if self.rows.len() >= limit.cap => self.tails.offer(row, limit),
+            _ => self.rows.push(row),
+        }
+    }
+
+    /// Ends the tick's reading: the newest rows past the cap join the rows, after the rest
+    /// (they were read after them).
+    pub fn finish(&mut self) {
+        let Some(limit) = self.limit else {
+            return;
+        };
+        let (thinned, lost) =
+            std::mem::take(&mut self.tails).into_rows(limit.per_key, &mut self.rows);
+        self.thinned += thinned;
+        self.lost += lost;
+    }
+
+    /// Records of this tick folded into the histograms but not kept as events: past the
+    /// cap and older than their key's newest (thinned), or past what the tails hold (lost).
+    pub fn thinned(&self) -> u64 {
+        self.thinned
+    }
+
+    pub fn lost(&self) -> u64 {
+        self.lost
     }
 
     /// Keeps an event without folding it (a burst the flow collector ended, which no ring
@@ -199,6 +317,52 @@ mod tests {
         let h = t.folds().next().unwrap().1;
         assert_eq!(h.size_buckets[log2_bucket(1_000)], 1);
         assert_eq!(h.duration_buckets[log2_bucket(3_000)], 2);
+    }
+
+    /// Past the cap, each key keeps its newest by start (the later read among equal starts),
+    /// after the rows before the cap and in the order read; what the tails cannot hold is
+    /// lost; every record is folded either way.
+    #[test]
+    fn past_the_cap_each_key_keeps_its_newest() {
+        let at = |peer: u8, start_ns: u64, bytes: u64| BurstEnd {
+            start_ns,
+            ..rec(peer, bytes)
+        };
+        let mut t = BurstRecords::limited(Limit { cap: 4, per_key: 2 });
+        let before = [at(1, 1, 1), at(2, 2, 2), at(1, 3, 3), at(3, 4, 4)];
+        let past = [
+            at(1, 50, 10),
+            at(1, 10, 11),
+            at(2, 5, 12),
+            at(1, 30, 13),
+            at(1, 30, 14),
+            at(1, 20, 15),
+        ];
+        for r in before.iter().chain(&past) {
+            t.fold(r, true);
+        }
+        t.finish();
+        let bytes: Vec<u64> = t.rows().iter().map(|r| r.bytes).collect();
+        assert_eq!(bytes, [1, 2, 3, 4, 10, 12, 14]);
+        assert_eq!((t.thinned(), t.lost()), (3, 0));
+        assert_eq!(t.folds().map(|(_, h)| h.count).sum::<u64>(), 10);
+
+        // Tails of two rows: a third key finds them full of keys' newest.
+        let mut t = BurstRecords::limited(Limit { cap: 2, per_key: 1 });
+        for r in [
+            at(1, 1, 1),
+            at(2, 1, 2),
+            at(1, 9, 3),
+            at(2, 9, 4),
+            at(3, 9, 5),
+        ] {
+            t.fold(&r, true);
+        }
+        t.finish();
+        let bytes: Vec<u64> = t.rows().iter().map(|r| r.bytes).collect();
+        assert_eq!(bytes, [1, 2, 3, 4]);
+        assert_eq!((t.thinned(), t.lost()), (0, 1));
+        assert_eq!(t.folds().map(|(_, h)| h.count).sum::<u64>(), 5);
     }
 
     /// Filing by the kernel's slot hint gives what filing by the key gives, whatever the

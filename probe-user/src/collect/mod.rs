@@ -84,10 +84,12 @@ fn burst_ring(slots: aya::maps::Map, pos: aya::maps::Map, cpus: usize) -> Result
 impl Collector {
     /// Takes the maps out of the loaded object: the collector owns them from here on.
     /// `flow_scan_ticks`: ticks between walks of the per-flow map (see flows.rs).
+    /// `events_per_peer`: what the feature stage keeps of a peer's bursts.
     pub fn new(
         ebpf: &mut Ebpf,
         drop_names: HashMap<u32, String>,
         flow_scan_ticks: u64,
+        events_per_peer: usize,
     ) -> Result<Self> {
         let mut take = |name: &str| {
             ebpf.take_map(name)
@@ -138,7 +140,7 @@ impl Collector {
                 overflow_reader,
             ),
             bursts: bursts::BurstCollector::new(bursts, burst_reader),
-            burst_events: burst_events::BurstEventCollector::new(ring),
+            burst_events: burst_events::BurstEventCollector::new(ring, events_per_peer),
             drops: drops::DropCollector::new(drops, drop_names),
             sojourn: sojourn::SojournCollector::new(sojourn),
             errors,
@@ -310,7 +312,9 @@ impl Collector {
             .map_full
             .get(errors::BURST_EVENTS_FULL as usize)
             .map_or(0, |m| m.inserts_refused);
-        snap.events_lost = ring_full + self.burst_events.dropped();
+        let (dropped, thinned) = self.burst_events.dropped();
+        snap.events_lost = ring_full + dropped;
+        snap.events_thinned = thinned;
     }
 
     /// Forgets everything about an interface that went away.
@@ -349,7 +353,7 @@ mod cost {
             .unwrap();
         let mut flows = handle::<FlowKey, FlowStats>(&ebpf, names::FLOWS);
         let mut conns = handle::<ConnKey, ConnStats>(&ebpf, names::CONNS);
-        let mut collector = Collector::new(&mut ebpf, HashMap::new(), 1).unwrap();
+        let mut collector = Collector::new(&mut ebpf, HashMap::new(), 1, 512).unwrap();
         let ifnames = HashMap::from([(7, "veth201a".to_owned())]);
         let local = v4([10, 231, 201, 1]);
         let conn_keys: Vec<(ConnKey, ConnKey)> = (0..10_000u32)

@@ -59,8 +59,13 @@ pub struct Readings {
     pub slow_connections_floor_seconds: f64,
     /// Bursts that ended since the previous tick, one event each, in start order.
     pub burst_events: TickBursts,
-    /// Burst events the kernel could not hand over (ring buffer full), cumulative.
+    /// Burst events lost, cumulative: the kernel could not hand them over (ring buffer
+    /// full), or a tick read more than it could hold.
     pub events_lost: u64,
+    /// Burst events of busy ticks not kept for the API and recordings, cumulative: past the
+    /// tick's cap and older than the newest of their interface, direction and peer, which
+    /// is all the features use (so their features are those of every burst).
+    pub events_thinned: u64,
     /// Whether each source worked this tick and what reading it cost, in reading order.
     pub sources: Vec<SourceStatus>,
     /// The values of the sources behind the `collect::sources` seam (host counter files).

@@ -195,8 +195,14 @@ fn encode_maps_and_programs(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::f
     counter(
         enc,
         "probe_events_lost",
-        "Burst events lost: the kernel's ring buffer was full, or a tick's cap was exceeded",
+        "Burst events lost: the kernel's ring buffer was full, or a tick read more than it could hold",
         [(vec![], s.readings.events_lost)],
+    )?;
+    counter(
+        enc,
+        "probe_events_thinned",
+        "Burst events of busy ticks kept for the features only: past the tick's cap, older than the newest the features use",
+        [(vec![], s.readings.events_thinned)],
     )?;
     counter(
         enc,

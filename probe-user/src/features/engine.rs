@@ -527,6 +527,114 @@ mod tests {
         );
     }
 
+    /// A busy tick's events as the collector hands them over, past its cap only the newest
+    /// of each key (`burst_records::Limit`), give every feature that all the tick's events
+    /// give, to the bit: ring records of 5 peers, some over 2 interfaces and 2 directions, in
+    /// the order the rings give them (end order: a long burst comes after later starts),
+    /// with equal starts, ticks from none to 4 times the cap.
+    #[test]
+    fn a_thinned_busy_tick_gives_the_features_of_all_its_bursts() {
+        use crate::collect::{
+            burst_events::events,
+            burst_records::{BurstRecords, Limit},
+        };
+        use probe_ebpf::{BurstEnd, AF_INET, DIR_EGRESS, DIR_INGRESS};
+        let cap = 16;
+        let cfg = FeatureConfig {
+            events_per_peer: cap,
+            period_every: 1,
+            ..FeatureConfig::default()
+        };
+        let limit = Limit {
+            cap: 400,
+            per_key: cap + 1,
+        };
+        let (mut thin, mut all) = (Engine::new(cfg.clone()), Engine::new(cfg));
+        let ifnames =
+            std::collections::HashMap::from([(3, "eth0".to_owned()), (4, "eth1".to_owned())]);
+        let mut rng = Rng(36);
+        let (mut thinned, mut kept, mut read) = (0, 0, 0);
+        for t in 0..80u64 {
+            let now = 1000 + t;
+            let n = match rng.below(4) {
+                0 => rng.below(400),
+                _ => 400 + rng.below(1200),
+            };
+            let mut recs: Vec<(u64, BurstEnd)> = (0..n)
+                .map(|i| {
+                    // Peers 0 and 1 have one key (all their newest in it), the others four.
+                    let peer = rng.below(5) as u8;
+                    // Starts on a 1/64 s grid over the last 1.5 s; some long bursts.
+                    let start_ns =
+                        (now * 1_000_000_000 - 1_500_000_000) + rng.below(96) * 15_625_000;
+                    let duration_ns = if rng.below(8) == 0 {
+                        rng.below(1_000_000_000)
+                    } else {
+                        rng.below(2_000_000)
+                    };
+                    let end = BurstEnd {
+                        start_ns,
+                        duration_ns,
+                        bytes: 1 + i,
+                        packets: 1,
+                        addr: [u32::from_ne_bytes([10, 0, 0, peer]), 0, 0, 0],
+                        ifindex: 3 + u32::from(peer > 1 && rng.below(2) == 0),
+                        family: AF_INET,
+                        direction: if peer > 1 && rng.below(2) == 0 {
+                            DIR_INGRESS
+                        } else {
+                            DIR_EGRESS
+                        },
+                        _pad: 0,
+                    };
+                    (start_ns + duration_ns, end)
+                })
+                .collect();
+            recs.sort_by_key(|r| r.0);
+            let recs: Vec<BurstEnd> = recs.into_iter().map(|r| r.1).collect();
+            let mut limited = BurstRecords::limited(limit);
+            for r in &recs {
+                limited.fold(r, true);
+            }
+            limited.finish();
+            assert_eq!(limited.lost(), 0);
+            thinned += limited.thinned();
+            kept += limited.rows().len();
+            read += recs.len();
+            let (a, b) = (
+                events(&limited, 0, &ifnames),
+                events(&BurstRecords::folded(&recs), 0, &ifnames),
+            );
+            assert!(a.sorted && b.sorted);
+            let obs: Vec<Observation> = (0..5)
+                .map(|i| Observation {
+                    time_unix: now as f64,
+                    interval_s: 1.0,
+                    entity_kind: o::PEER.into(),
+                    entity: format!("10.0.0.{i}"),
+                    srtt_s: Some(0.001),
+                    ..Observation::default()
+                })
+                .collect();
+            let x = thin.tick(now as f64, &obs, &a);
+            let y = all.tick(now as f64, &obs, &b);
+            let bits = |r: &FeatureRow| r.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for (x, y) in x.iter().zip(&y) {
+                assert_eq!(bits(x), bits(y), "tick {t}, {}", x.entity);
+            }
+            let k = kind_index(o::PEER).unwrap();
+            for (p, e) in &all.entities[k] {
+                let (a, b) = (
+                    thin.entities[k][p].bursts.as_ref().unwrap(),
+                    e.bursts.as_ref().unwrap(),
+                );
+                assert_same(a, b, now as f64, &format!("tick {t}, {p}"));
+            }
+        }
+        assert_eq!(kept as u64 + thinned, read as u64);
+        assert!(thinned as usize > read / 4, "{thinned} of {read} thinned");
+    }
+
     #[test]
     fn events_group_by_peer_in_order_across_labels() {
         // Each event's start is its index, so the groups show which events they hold.

@@ -63,6 +63,8 @@ pub struct Flows {
     /// (`probe_events_lost_total`: the ring was full, or a tick's cap was reached).
     pub burst_ends: f64,
     pub events_lost: f64,
+    /// Burst events of busy ticks kept for the features only (`probe_events_thinned_total`).
+    pub events_thinned: f64,
     /// probe_tcp_connections summed over the bench's own peers, of peer="other" (peers
     /// folded because they moved no traffic or exceeded top_peers), and over all peers.
     pub tcp_connections: f64,
@@ -383,6 +385,8 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         burst_ends: s1.sum("probe_bursts_total", &[]) - s0.sum("probe_bursts_total", &[]),
         events_lost: s1.sum("probe_events_lost_total", &[])
             - s0.sum("probe_events_lost_total", &[]),
+        events_thinned: s1.sum("probe_events_thinned_total", &[])
+            - s0.sum("probe_events_thinned_total", &[]),
         tcp_connections: tcp_ours,
         tcp_connections_other: s1.sum("probe_tcp_connections", &[("peer", "other")]),
         tcp_connections_all: s1.sum("probe_tcp_connections", &[]),

@@ -538,6 +538,10 @@ fn render_flows(s: &mut String, f: &Flows) {
         ),
     );
     row(
+        "of them read but kept for the features only, past a tick's cap (`probe_events_thinned_total`)",
+        thousands(f.events_thinned),
+    );
+    row(
         "`probe_tcp_connections`, the bench's peers (expected: 2 per connection, both ends are on this host)",
         thousands(f.tcp_connections),
     );
@@ -744,6 +748,7 @@ mod tests {
             stage_seconds: vec![("collect".into(), 0.2), ("features".into(), 0.05)],
             burst_ends: 600_000.0,
             events_lost: 12.0,
+            events_thinned: 0.0,
             ..Default::default()
         };
         flows.bpf.insert("tc_ingress_eth".into(), (0.0012, 1e4));
