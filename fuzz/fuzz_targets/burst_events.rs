@@ -1,6 +1,7 @@
 //! The burst-event stream: records as the kernel's rings hand them over (any bytes: a newer
 //! kernel side, a torn read), filed and folded as the drain does (by the slot's series hint,
-//! which must file exactly as hashing each key does), named into events,
+//! which must file exactly as hashing each key does; past a small per-tick cap, only each
+//! key's newest, in read order, every record counted), named into events,
 //! kept per peer, and the window statistics and training-iteration period computed from
 //! them.
 #![no_main]
@@ -9,7 +10,10 @@ use std::collections::HashMap;
 use libfuzzer_sys::fuzz_target;
 use probe_ebpf::{BurstEnd, BurstSlot};
 use probe_user::{
-    collect::{burst_events, burst_records::BurstRecords},
+    collect::{
+        burst_events,
+        burst_records::{BurstRecords, Limit},
+    },
     features::{
         bursts::{Burst, Bursts},
         period::PeriodFinder,
@@ -43,6 +47,21 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(by_key.keys(), by_slot.keys());
     assert_eq!(by_key.rows(), by_slot.rows());
     assert!(by_key.folds().eq(by_slot.folds()));
+    let mut limited = BurstRecords::limited(Limit { cap: 8, per_key: 3 });
+    for s in &slots {
+        limited.fold_slot(s._pad as usize, s, true);
+    }
+    limited.finish();
+    assert!(limited.folds().eq(by_slot.folds()));
+    let (all, kept) = (by_slot.rows(), limited.rows());
+    assert_eq!(
+        kept.len() as u64 + limited.thinned() + limited.lost(),
+        all.len() as u64
+    );
+    assert_eq!(kept[..kept.len().min(8)], all[..kept.len().min(8)]);
+    // The rest are some of the rest, in the order read.
+    let mut rest = all.iter().skip(8);
+    assert!(kept.iter().skip(8).all(|k| rest.any(|r| r == k)));
 
     let ifnames = HashMap::from([(1, "eth0".to_owned()), (2, "ib0".to_owned())]);
     let events = burst_events::events(&by_key, 0, &ifnames).to_events();

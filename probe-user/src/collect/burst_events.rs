@@ -523,6 +523,60 @@ mod tests {
 mod cost {
     use super::*;
 
+    /// `cargo test --release -p probe-user thinning_cost -- --ignored --nocapture`: a busy
+    /// tick of 411,000 records over 128 keys (the bench's high-rate phase at a 2 s tick), as
+    /// the drain files them past the cap: kept per key (`Limit`) or only folded.
+    #[test]
+    #[ignore = "a measurement, run in release"]
+    fn thinning_cost() {
+        let ifnames = HashMap::from([(3, "veth201a".to_owned())]);
+        let recs: Vec<BurstEnd> = (0..411_000u64)
+            .map(|i| BurstEnd {
+                start_ns: 10_000_000 + i * 4_800
+                    - (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 3_000_000,
+                duration_ns: 1000,
+                bytes: 100,
+                packets: 1,
+                addr: [
+                    u32::from_ne_bytes([10, 231, 201, 100 + (i % 64) as u8]),
+                    0,
+                    0,
+                    0,
+                ],
+                ifindex: 3,
+                family: probe_ebpf::AF_INET,
+                direction: (i / 64 % 2) as u8,
+                _pad: 0,
+            })
+            .collect();
+        let limit = Limit {
+            cap: MAX_EVENTS_PER_TICK,
+            per_key: 513,
+        };
+        for _ in 0..8 {
+            for thin in [false, true] {
+                let t = std::time::Instant::now();
+                let mut r = if thin {
+                    BurstRecords::limited(limit)
+                } else {
+                    BurstRecords::default()
+                };
+                for (i, x) in recs.iter().enumerate() {
+                    r.fold(x, thin || i < MAX_EVENTS_PER_TICK);
+                }
+                r.finish();
+                let filed = t.elapsed();
+                let n = events(&r, 0, &ifnames).events.len();
+                eprintln!(
+                    "thin {thin}: filed {:.2} ms, with events {:.2} ms ({n} events, {} thinned)",
+                    filed.as_secs_f64() * 1e3,
+                    t.elapsed().as_secs_f64() * 1e3,
+                    r.thinned()
+                );
+            }
+        }
+    }
+
     /// `cargo test --release -p probe-user burst_events_cost -- --ignored --nocapture`:
     /// a tick of the bench's shape (64 peers, both directions), as the drain files it (and,
     /// beside it, filed by hashing each key) and as the tick names it.

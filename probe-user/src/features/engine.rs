@@ -529,9 +529,9 @@ mod tests {
 
     /// A busy tick's events as the collector hands them over, past its cap only the newest
     /// of each key (`burst_records::Limit`), give every feature that all the tick's events
-    /// give, to the bit: ring records of 5 peers, some over 2 interfaces and 2 directions, in
+    /// give, to the bit: ring records of 3 peers, one over 2 interfaces and 2 directions, in
     /// the order the rings give them (end order: a long burst comes after later starts),
-    /// with equal starts, ticks from none to 4 times the cap.
+    /// with equal starts, ticks from none to twice the cap (what the drain reads at most).
     #[test]
     fn a_thinned_busy_tick_gives_the_features_of_all_its_bursts() {
         use crate::collect::{
@@ -546,7 +546,7 @@ mod tests {
             ..FeatureConfig::default()
         };
         let limit = Limit {
-            cap: 400,
+            cap: 300,
             per_key: cap + 1,
         };
         let (mut thin, mut all) = (Engine::new(cfg.clone()), Engine::new(cfg));
@@ -556,14 +556,15 @@ mod tests {
         let (mut thinned, mut kept, mut read) = (0, 0, 0);
         for t in 0..80u64 {
             let now = 1000 + t;
+            // The drain reads at most twice the cap a tick.
             let n = match rng.below(4) {
-                0 => rng.below(400),
-                _ => 400 + rng.below(1200),
+                0 => rng.below(300),
+                _ => 300 + rng.below(300),
             };
             let mut recs: Vec<(u64, BurstEnd)> = (0..n)
                 .map(|i| {
-                    // Peers 0 and 1 have one key (all their newest in it), the others four.
-                    let peer = rng.below(5) as u8;
+                    // Peers 0 and 1 have one key (all their newest in it), peer 2 four.
+                    let peer = rng.below(3) as u8;
                     // Starts on a 1/64 s grid over the last 1.5 s; some long bursts.
                     let start_ns =
                         (now * 1_000_000_000 - 1_500_000_000) + rng.below(96) * 15_625_000;
@@ -606,7 +607,7 @@ mod tests {
                 events(&BurstRecords::folded(&recs), 0, &ifnames),
             );
             assert!(a.sorted && b.sorted);
-            let obs: Vec<Observation> = (0..5)
+            let obs: Vec<Observation> = (0..3)
                 .map(|i| Observation {
                     time_unix: now as f64,
                     interval_s: 1.0,
@@ -632,7 +633,7 @@ mod tests {
             }
         }
         assert_eq!(kept as u64 + thinned, read as u64);
-        assert!(thinned as usize > read / 4, "{thinned} of {read} thinned");
+        assert!(thinned as usize > read / 10, "{thinned} of {read} thinned");
     }
 
     #[test]

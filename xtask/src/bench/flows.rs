@@ -29,6 +29,8 @@ pub struct FlowOpts {
     pub idle: bool,
     /// Each connection sends one message per this many milliseconds.
     pub interval_ms: u64,
+    /// The daemon's tick.
+    pub tick_ms: u64,
 }
 
 /// What the phase measured.
@@ -38,6 +40,7 @@ pub struct Flows {
     pub peers: u8,
     pub idle: bool,
     pub interval_ms: u64,
+    pub tick_ms: u64,
     pub established: usize,
     pub connect_seconds: f64,
     /// The daemon's utime+stime over the window, and the window's length.
@@ -223,7 +226,12 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     )?;
     wait_line(&mut server, "listening", Duration::from_secs(10))?;
 
-    let mut probe = Probe::try_start(&pair.a, ProbeOpts::iface(&pair.veth_a).bin(bin).tick("1s"))?;
+    let mut probe = Probe::try_start(
+        &pair.a,
+        ProbeOpts::iface(&pair.veth_a)
+            .bin(bin)
+            .tick(&format!("{}ms", o.tick_ms)),
+    )?;
     let pid = probe.pid();
     // The floor, on the other end of the same veth: the same packets, in the other direction.
     let (nop, mut nop_error) = match NopTc::attach(&pair.b, &pair.veth_b) {
@@ -357,6 +365,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         peers: o.peers,
         idle: o.idle,
         interval_ms: o.interval_ms,
+        tick_ms: o.tick_ms,
         established,
         connect_seconds,
         cpu_seconds: u1.cpu_seconds - u0.cpu_seconds,

@@ -145,6 +145,22 @@ fn phase(f: &Flows) -> String {
     }
 }
 
+/// The phase's tick as the report names it ("1 s", "500 ms").
+fn tick_label(f: &Flows) -> String {
+    if f.tick_ms.is_multiple_of(1000) {
+        format!("{} s", f.tick_ms / 1000)
+    } else {
+        format!("{} ms", f.tick_ms)
+    }
+}
+
+/// The daemon's ticks in a phase's window.
+fn ticks_in_window(f: &Flows) -> f64 {
+    (f.window_seconds * 1000.0 / f.tick_ms.max(1) as f64)
+        .round()
+        .max(1.0)
+}
+
 /// The sum of every probe program's run time over a phase's window.
 fn kernel_seconds(f: &Flows) -> f64 {
     f.bpf.values().map(|(t, _)| t).sum()
@@ -153,7 +169,7 @@ fn kernel_seconds(f: &Flows) -> f64 {
 /// The bars are set for 10,000 active flows at a message a second each; the other phases
 /// are reported beside them for information.
 fn judge(f: &Flows, pass: bool) -> &'static str {
-    if !f.idle && f.interval_ms == 1000 {
+    if !f.idle && f.interval_ms == 1000 && f.tick_ms == 1000 {
         verdict(pass)
     } else {
         "info"
@@ -319,7 +335,7 @@ fn checks(r: &Report) -> Vec<Check> {
         }
     }
     for f in &r.flows {
-        let flows = format!("{}, 1 s tick", phase(f));
+        let flows = format!("{}, {} tick", phase(f), tick_label(f));
         if f.machine_busy_seconds > 0.0 {
             let share = 100.0 * kernel_seconds(f) / f.machine_busy_seconds;
             out.push(Check {
@@ -345,10 +361,9 @@ fn checks(r: &Report) -> Vec<Check> {
             bar: format!("<= {BAR_CPU_PERCENT}%"),
             verdict: judge(f, cpu <= BAR_CPU_PERCENT),
         });
-        // Microseconds per entity per tick (ticks in the window at the phase's 1 s tick).
-        let per_entity = |seconds: f64, entities: f64| {
-            1e6 * seconds / f.window_seconds.round().max(1.0) / entities
-        };
+        // Microseconds per entity per tick (ticks in the window at the phase's tick).
+        let per_entity =
+            |seconds: f64, entities: f64| 1e6 * seconds / ticks_in_window(f) / entities;
         let features_us = per_entity(f.feature_seconds, f.feature_entities);
         if f.feature_entities > 0.0 {
             out.push(Check {
@@ -563,9 +578,12 @@ fn render_flows(s: &mut String, f: &Flows) {
         ),
     );
     if !f.stage_seconds.is_empty() {
-        let ticks = f.window_seconds.max(1e-9);
+        let ticks = ticks_in_window(f);
         row(
-            "daemon tick by stage, ms per 1 s tick (wall clock)",
+            &format!(
+                "daemon tick by stage, ms per {} tick (wall clock)",
+                tick_label(f)
+            ),
             f.stage_seconds
                 .iter()
                 .map(|(st, sec)| format!("{st} {:.2}", 1e3 * sec / ticks))
@@ -739,6 +757,7 @@ mod tests {
             peers: 64,
             established: 10_000,
             interval_ms: 1000,
+            tick_ms: 1000,
             cpu_seconds: 0.3,
             window_seconds: 20.0,
             machine_busy_seconds: 2.0,
@@ -779,6 +798,7 @@ mod tests {
             conns: 1_000,
             established: 1_000,
             interval_ms: 1,
+            tick_ms: 1000,
             window_seconds: 20.0,
             machine_busy_seconds: 30.0,
             ..Default::default()
