@@ -523,16 +523,12 @@ mod tests {
 mod cost {
     use super::*;
 
-    /// `cargo test --release -p probe-user thinning_cost -- --ignored --nocapture`: a busy
-    /// tick of 411,000 records over 128 keys (the bench's high-rate phase at a 2 s tick), as
-    /// the drain files them past the cap: kept per key (`Limit`) or only folded.
-    #[test]
-    #[ignore = "a measurement, run in release"]
-    fn thinning_cost() {
-        let ifnames = HashMap::from([(3, "veth201a".to_owned())]);
-        let recs: Vec<BurstEnd> = (0..411_000u64)
+    /// `n` records of the bench's 64 peers, nearly sorted as they arrive: in end order,
+    /// starts `step_ns` apart and up to 3 ms early; `direction` of the i-th.
+    fn arriving(n: u64, step_ns: u64, direction: impl Fn(u64) -> u8) -> Vec<BurstEnd> {
+        (0..n)
             .map(|i| BurstEnd {
-                start_ns: 10_000_000 + i * 4_800
+                start_ns: 10_000_000 + i * step_ns
                     - (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 3_000_000,
                 duration_ns: 1000,
                 bytes: 100,
@@ -545,10 +541,20 @@ mod cost {
                 ],
                 ifindex: 3,
                 family: probe_ebpf::AF_INET,
-                direction: (i / 64 % 2) as u8,
+                direction: direction(i),
                 _pad: 0,
             })
-            .collect();
+            .collect()
+    }
+
+    /// `cargo test --release -p probe-user thinning_cost -- --ignored --nocapture`: a busy
+    /// tick of 411,000 records over 128 keys (the bench's high-rate phase at a 2 s tick), as
+    /// the drain files them past the cap: kept per key (`Limit`) or only folded.
+    #[test]
+    #[ignore = "a measurement, run in release"]
+    fn thinning_cost() {
+        let ifnames = HashMap::from([(3, "veth201a".to_owned())]);
+        let recs = arriving(411_000, 4_800, |i| (i / 64 % 2) as u8);
         let limit = Limit {
             cap: MAX_EVENTS_PER_TICK,
             per_key: 513,
@@ -584,26 +590,7 @@ mod cost {
     #[ignore = "a measurement, run in release"]
     fn burst_events_cost() {
         let ifnames = HashMap::from([(3, "veth201a".to_owned())]);
-        let recs: Vec<BurstEnd> = (0..40_000u64)
-            .map(|i| BurstEnd {
-                // Nearly sorted, as they arrive: in end order, starts up to 3 ms apart.
-                start_ns: 10_000_000 + i * 25_000
-                    - (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 3_000_000,
-                duration_ns: 1000,
-                bytes: 100,
-                packets: 1,
-                addr: [
-                    u32::from_ne_bytes([10, 231, 201, 100 + (i % 64) as u8]),
-                    0,
-                    0,
-                    0,
-                ],
-                ifindex: 3,
-                family: probe_ebpf::AF_INET,
-                direction: (i % 2) as u8,
-                _pad: 0,
-            })
-            .collect();
+        let recs = arriving(40_000, 25_000, |i| (i % 2) as u8);
         // As the rings hand them over: two CPUs, each series in one slot of each.
         let slots: Vec<(usize, probe_ebpf::BurstSlot)> = recs
             .iter()

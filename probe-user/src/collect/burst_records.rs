@@ -59,7 +59,7 @@ impl Tails {
     /// candidates are cut to its newest `per_key` once they are twice that (an O(n)
     /// selection over 16-byte pairs, never over rows). Rows come in about the order they
     /// end, so most go in: the cut keeps the work per row small. (Selecting among whole
-    /// rows, or keeping each key's newest sorted, cost 70-110 ns a row past the cap;
+    /// rows, or keeping each key's newest sorted, cost 67-110 ns a row past the cap;
     /// `thinning_cost`.)
     fn offer(&mut self, row: Row, limit: Limit) {
         if self.rows.len() >= limit.cap {
