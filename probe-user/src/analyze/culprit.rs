@@ -524,7 +524,16 @@ fn conditions(sc: &Scores, i: usize, k: usize, w: usize) -> Vec<(&'static str, &
     if link_min > RATIO && (share.is_nan() || share <= EGRESS_SHARE) && stands_out(&sc.link) {
         out.push(("ingress", "queue"));
     }
-    if sc.retransmit_share[i][k] > LOSS_SHARE && sc.retransmits[i][k] > LOSS_RATE {
+    let most = |x: &[Vec<f64>]| {
+        x.iter()
+            .map(|h| h[k])
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::max)
+    };
+    // The job's largest share: the ACKs a lossy input drops make its host retransmit
+    // towards its own peers too, at a smaller share.
+    let loss = sc.retransmit_share[i][k];
+    if loss > LOSS_SHARE && sc.retransmits[i][k] > LOSS_RATE && loss >= most(&sc.retransmit_share) {
         out.push(("ingress", "loss"));
     }
     // Compute: the host holds the job's bytes unread (its peers' chunks wait for it to
@@ -535,12 +544,6 @@ fn conditions(sc: &Scores, i: usize, k: usize, w: usize) -> Vec<(&'static str, &
     // calm ring's phase lag also holds a chunk unread on one host, at full pace).
     let unread = sc.unread[i][k];
     let median_unread = median_of(sc.unread.iter().map(|h| h[k]).collect());
-    let most = |x: &[Vec<f64>]| {
-        x.iter()
-            .map(|h| h[k])
-            .filter(|v| v.is_finite())
-            .fold(f64::NAN, f64::max)
-    };
     // The network explains the job's slowing down when, in the last 10 s, over 1% of what
     // a host of the job was sent was retransmitted (the host before a lossy link is stuck
     // sending and leaves its own input unread), or when a host's own egress holds its
@@ -772,7 +775,8 @@ mod tests {
     /// Three hosts in a ring (a -> b -> c -> a), 1 s ticks for 200 s, each connection at
     /// 1 ms with 50 RTT samples a tick; from 120 s host b's egress queue holds 9 ms (its
     /// srtt towards c rises to 10 ms, its qdisc's median sojourn to 9 ms) and, as a queue
-    /// on b's link delays both ways, a's srtt towards b rises too.
+    /// on b's link delays both ways, a's srtt towards b rises too. With `loss_towards_c`,
+    /// from 120 s b retransmits 4% of what it sends to c, and c 1.5% of what it sends to a.
     fn ring(loss_towards_c: bool) -> Vec<Recording> {
         let addr = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
         let mut out: Vec<Vec<Observation>> = vec![Vec::new(); 3];
@@ -782,7 +786,12 @@ mod tests {
             for (i, o) in out.iter_mut().enumerate() {
                 let j = (i + 1) % 3;
                 let slow = on && (i == 1 || j == 1);
-                let lossy = loss_towards_c && on && j == 2;
+                // c's input drops a's ACKs too: c retransmits 1.5% of what it sends to a.
+                let retransmits = match (loss_towards_c && on, j, i) {
+                    (true, 2, _) => 40.0,
+                    (true, _, 2) => 15.0,
+                    _ => 0.0,
+                };
                 o.push(Observation {
                     time_unix: t,
                     interval_s: 1.0,
@@ -791,7 +800,7 @@ mod tests {
                     srtt_s: Some(if slow { 0.010 } else { 0.001 }),
                     rtt_samples: Some(50),
                     tx_bytes_per_s: Some(1448.0 * 1000.0),
-                    retransmits_per_s: Some(if lossy { 40.0 } else { 0.0 }),
+                    retransmits_per_s: Some(retransmits),
                     ..Observation::default()
                 });
                 o.push(Observation {
@@ -923,8 +932,10 @@ mod tests {
     fn names_loss_towards_a_host_by_its_share_of_the_segments() {
         let recs = ring(true);
         let sc = scores(&hosts(&recs));
-        // 40 retransmits a second of 1000 segments.
+        // 40 retransmits a second of 1000 segments; towards a, over the threshold too but
+        // not the job's largest share, 15.
         assert!((sc.retransmit_share[2][130] - 0.04).abs() < 1e-9);
+        assert!((sc.retransmit_share[0][130] - 0.015).abs() < 1e-9);
         let c = culprits(&sc);
         let loss: Vec<&Culprit> = c.iter().filter(|c| c.causes.contains(&"loss")).collect();
         assert_eq!(loss.len(), 1, "{c:?}");
@@ -965,6 +976,7 @@ mod tests {
             format!("min_over_time(probe:job_host_link_score[{WINDOW_S}s]) > {RATIO}"),
             format!("probe:job_host_retransmit_share:as_receiver > {LOSS_SHARE}"),
             format!("probe:job_host_retransmits:as_receiver > {LOSS_RATE}"),
+            ">= on (training_job) group_left\n              max by (training_job) (probe:job_host_retransmit_share:as_receiver)".into(),
             format!("/ {SEGMENT_BYTES}"),
             format!("for: {FOR_S}s"),
             format!("probe:job_host_unread_bytes:avg10s > {UNREAD_FLOOR}"),
