@@ -524,10 +524,12 @@ fn conditions(sc: &Scores, i: usize, k: usize, w: usize) -> Vec<(&'static str, &
     if link_min > RATIO && (share.is_nan() || share <= EGRESS_SHARE) && stands_out(&sc.link) {
         out.push(("ingress", "queue"));
     }
+    // As PromQL's `max`: NaN left out, +Inf kept (a share of retransmits over no segment
+    // sent in the window is +Inf there and here).
     let most = |x: &[Vec<f64>]| {
         x.iter()
             .map(|h| h[k])
-            .filter(|v| v.is_finite())
+            .filter(|v| !v.is_nan())
             .fold(f64::NAN, f64::max)
     };
     // The job's largest share: the ACKs a lossy input drops make its host retransmit
@@ -943,6 +945,26 @@ mod tests {
             (loss[0].host.as_str(), loss[0].direction),
             ("10.0.0.3", "ingress")
         );
+    }
+
+    /// b's bytes towards c stop while its retransmits go on: c's share is +Inf, as in
+    /// PromQL, and holds the job's largest share, so a (1.5%) is not named beside it.
+    #[test]
+    fn a_share_over_no_segment_is_the_largest() {
+        let mut recs = ring(true);
+        for o in recs[1].obs.iter_mut() {
+            if o.entity == "10.0.0.3" && o.time_unix >= 1_120.0 {
+                o.tx_bytes_per_s = Some(0.0);
+            }
+        }
+        let sc = scores(&hosts(&recs));
+        assert_eq!(sc.retransmit_share[2][130], f64::INFINITY);
+        let named: Vec<String> = culprits(&sc)
+            .into_iter()
+            .filter(|c| c.causes.contains(&"loss"))
+            .map(|c| c.host)
+            .collect();
+        assert_eq!(named, ["10.0.0.3"]);
     }
 
     #[test]
