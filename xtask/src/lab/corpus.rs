@@ -29,6 +29,8 @@ const LINKS_MBIT: [u32; 3] = [1000, 500, 200];
 /// Ranks a run may have; more ranks only where `ranks * link` stays within what two cores
 /// forward (`MAX_RANK_MBIT`).
 const RANKS: [u16; 3] = [4, 6, 8];
+/// Ranks of a corpus with one probe per rank (the job view's 4 and 8), with the same limit.
+const RANKS_PER_RANK: [u16; 2] = [4, 8];
 const MAX_RANK_MBIT: u32 = 4000;
 /// Queue limits of the tbfs (their `latency`), ms.
 const QUEUES_MS: [u32; 3] = [20, 50, 100];
@@ -108,13 +110,13 @@ pub fn heldout_count(train: usize) -> usize {
 /// cycle through every shape but the held-out-only ones; held-out runs start with a
 /// held-out-only shape, then take every shape in turn. Run i is the same whatever `train`
 /// is, so a corpus can grow.
-pub fn plan(train: usize, base_seed: u64) -> Vec<RunSpec> {
+pub fn plan(train: usize, base_seed: u64, ranks: &[u16]) -> Vec<RunSpec> {
     let all = shapes();
     let seen: Vec<Shape> = all.iter().copied().filter(|&s| !heldout_only(s)).collect();
     let unseen: Vec<Shape> = all.iter().copied().filter(|&s| heldout_only(s)).collect();
     let train_run = |i: usize| {
         let seed = base_seed.wrapping_add(2 * i as u64);
-        spec(Split::Train, i, seen[i % seen.len()], seed)
+        spec(Split::Train, i, seen[i % seen.len()], seed, ranks)
     };
     let heldout_run = |j: usize| {
         let shape = if j.is_multiple_of(4) {
@@ -123,7 +125,7 @@ pub fn plan(train: usize, base_seed: u64) -> Vec<RunSpec> {
             all[(j * 7) % all.len()]
         };
         let seed = base_seed.wrapping_add(2 * j as u64 + 1);
-        spec(Split::Heldout, j, shape, seed)
+        spec(Split::Heldout, j, shape, seed, ranks)
     };
     let held = heldout_count(train);
     let mut out = Vec::with_capacity(train + held);
@@ -143,13 +145,19 @@ pub fn plan(train: usize, base_seed: u64) -> Vec<RunSpec> {
     out
 }
 
-fn spec(split: Split, i: usize, (pattern, period_ms, link_mbit): Shape, seed: u64) -> RunSpec {
+fn spec(
+    split: Split,
+    i: usize,
+    (pattern, period_ms, link_mbit): Shape,
+    seed: u64,
+    ranks: &[u16],
+) -> RunSpec {
     // The rest follows from the seed: deterministic, and mixed across the shapes.
     let mut rng = SplitMix64::new(seed ^ 0xC0FF_EE00);
     let size_at_gbit = rng.pick(&SIZES);
     // Rounded to 64 KiB.
     let size_bytes = (size_at_gbit * u64::from(link_mbit) / 1000).max(256 << 10) >> 16 << 16;
-    let fits: Vec<u16> = RANKS
+    let fits: Vec<u16> = ranks
         .iter()
         .copied()
         .filter(|&r| u32::from(r) * link_mbit <= MAX_RANK_MBIT)
@@ -183,6 +191,9 @@ struct Settings {
     sample_ms: u64,
     calm_s: Option<(f64, f64)>,
     gradual_weight: u32,
+    /// Absent when false, so that a corpus of one probe keeps the settings it had.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    probe_per_rank: bool,
 }
 
 impl Settings {
@@ -195,6 +206,7 @@ impl Settings {
             sample_ms: args.sample_ms,
             calm_s: args.calm,
             gradual_weight: args.gradual_weight,
+            probe_per_rank: args.probe_per_rank,
         }
     }
 }
@@ -240,7 +252,7 @@ pub fn run(args: &LabArgs, dir: &Path, traingen: &Path, probe: &Path) -> Result<
     let mut entries = resume(
         &dir,
         &settings,
-        plan(args.corpus_runs as usize, args.seed),
+        plan(args.corpus_runs as usize, args.seed, ranks_of(args)),
         args.corpus_packed.as_deref(),
     )?;
     let (train, heldout) = split_counts(&entries);
@@ -271,6 +283,15 @@ pub fn run(args: &LabArgs, dir: &Path, traingen: &Path, probe: &Path) -> Result<
         ensure_clean(&name)?;
     }
     report(&dir, &entries)
+}
+
+/// The ranks a corpus's runs may have.
+fn ranks_of(args: &LabArgs) -> &'static [u16] {
+    if args.probe_per_rank {
+        &RANKS_PER_RANK
+    } else {
+        &RANKS
+    }
 }
 
 /// Training and held-out runs in a plan.
@@ -470,7 +491,7 @@ mod tests {
     fn train_and_heldout_are_disjoint() {
         for base in [0, 1, 7, u64::MAX - 3] {
             for n in [1, 2, 3, 8, 15, 24, 40, 100] {
-                let p = plan(n, base);
+                let p = plan(n, base, &RANKS);
                 let train: Vec<&RunSpec> = p.iter().filter(|r| r.split == Split::Train).collect();
                 let held: Vec<&RunSpec> = p.iter().filter(|r| r.split == Split::Heldout).collect();
                 assert_eq!(train.len(), n);
@@ -498,7 +519,7 @@ mod tests {
 
     #[test]
     fn heldout_runs_come_early() {
-        let p = plan(24, 1);
+        let p = plan(24, 1, &RANKS);
         let splits: Vec<Split> = p.iter().take(8).map(|r| r.split).collect();
         use Split::{Heldout as H, Train as T};
         assert_eq!(splits, [T, T, T, H, T, T, T, H]);
@@ -506,10 +527,10 @@ mod tests {
 
     #[test]
     fn plans_are_deterministic_and_grow_by_appending() {
-        assert_eq!(plan(15, 1), plan(15, 1));
-        assert_ne!(plan(15, 1), plan(15, 2));
-        let small = plan(6, 1);
-        let big = plan(30, 1);
+        assert_eq!(plan(15, 1, &RANKS), plan(15, 1, &RANKS));
+        assert_ne!(plan(15, 1, &RANKS), plan(15, 2, &RANKS));
+        let small = plan(6, 1, &RANKS);
+        let big = plan(30, 1, &RANKS);
         for r in &small {
             assert!(big.contains(r), "{r:?} is not in the bigger corpus");
         }
@@ -517,7 +538,7 @@ mod tests {
 
     #[test]
     fn a_corpus_varies_its_jobs_and_links() {
-        let p = plan(24, 1);
+        let p = plan(24, 1, &RANKS);
         let train: Vec<&RunSpec> = p.iter().filter(|r| r.split == Split::Train).collect();
         for pat in Pattern::ALL {
             assert!(train.iter().any(|r| r.pattern == pat), "{pat:?}");
@@ -557,7 +578,7 @@ mod tests {
         assert_eq!(heldout_count(2), 1);
         assert_eq!(heldout_count(3), 1);
         assert_eq!(heldout_count(15), 5);
-        assert_eq!(plan(2, 1).len(), 3);
+        assert_eq!(plan(2, 1, &RANKS).len(), 3);
     }
 
     fn settings() -> Settings {
@@ -569,7 +590,30 @@ mod tests {
             sample_ms: 500,
             calm_s: Some((45.0, 150.0)),
             gradual_weight: 2,
+            probe_per_rank: false,
         }
+    }
+
+    /// A corpus of one probe per rank has the job view's 4 and 8 ranks, each where it fits;
+    /// its settings say so, and a corpus of one probe keeps the settings it always had.
+    #[test]
+    fn a_per_rank_corpus_has_4_and_8_ranks() {
+        let p = plan(24, 1, &RANKS_PER_RANK);
+        let ranks: HashSet<u16> = p.iter().map(|r| r.ranks).collect();
+        assert_eq!(ranks, HashSet::from([4, 8]));
+        assert!(p
+            .iter()
+            .all(|r| u32::from(r.ranks) * r.link_mbit <= MAX_RANK_MBIT));
+        let one = serde_json::to_value(settings()).unwrap();
+        assert!(one.get("probe_per_rank").is_none(), "{one}");
+        let per_rank = Settings {
+            probe_per_rank: true,
+            ..settings()
+        };
+        assert_eq!(
+            serde_json::to_value(per_rank).unwrap()["probe_per_rank"],
+            true
+        );
     }
 
     #[test]
@@ -578,7 +622,7 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let s = settings();
-        let mut entries = resume(&dir, &s, plan(2, 1), None).unwrap();
+        let mut entries = resume(&dir, &s, plan(2, 1, &RANKS), None).unwrap();
         assert!(entries.iter().all(|e| e.status == Status::Pending));
         // Run 0 recorded, run 1 failed, run 2 said ok but its recording is gone.
         entries[0].status = Status::Ok;
@@ -587,7 +631,7 @@ mod tests {
         fs::create_dir_all(dir.join(&entries[0].dir)).unwrap();
         fs::write(dir.join(&entries[0].dir).join(RECORDING), b"x").unwrap();
         write_doc(&dir, &s, &entries).unwrap();
-        let again = resume(&dir, &s, plan(2, 1), None).unwrap();
+        let again = resume(&dir, &s, plan(2, 1, &RANKS), None).unwrap();
         let st: Vec<Status> = again.iter().map(|e| e.status).collect();
         assert_eq!(st, [Status::Ok, Status::Pending, Status::Pending]);
         // Other settings: refused, not mixed.
@@ -595,7 +639,7 @@ mod tests {
             duration_s: 60.0,
             ..settings()
         };
-        let err = resume(&dir, &other, plan(2, 1), None)
+        let err = resume(&dir, &other, plan(2, 1, &RANKS), None)
             .unwrap_err()
             .to_string();
         assert!(err.contains("other settings"), "{err}");
@@ -608,7 +652,7 @@ mod tests {
         let packed = dir.join("packed");
         fs::create_dir_all(packed.join(&entries[1].dir)).unwrap();
         fs::write(packed.join(&entries[1].dir).join(PACKED), b"x").unwrap();
-        let again = resume(&dir, &s, plan(2, 1), Some(&packed)).unwrap();
+        let again = resume(&dir, &s, plan(2, 1, &RANKS), Some(&packed)).unwrap();
         let st: Vec<Status> = again.iter().map(|e| e.status).collect();
         assert_eq!(st, [Status::Ok, Status::Ok, Status::Pending]);
         assert_eq!(doc["heldout_only"]["pattern"], "ps");

@@ -140,8 +140,9 @@ pub struct LabArgs {
     /// With --record: one probe per rank, as one per host of a training job: each in its
     /// rank's namespace, scoped to the rank's own cgroup (`probe run --cgroup`, the rank's
     /// traingen runs in it) and labelled with the job (`--training-job lab-seed<SEED>`). Rank
-    /// i records into DIR/rank<i>/ (rank 0 into DIR, as with one probe).
-    #[arg(long, requires = "record")]
+    /// i records into DIR/rank<i>/ (rank 0 into DIR, as with one probe). With --corpus, every
+    /// run so, with 4 or 8 ranks.
+    #[arg(long)]
     pub probe_per_rank: bool,
     /// With --probe-per-rank: a real Prometheus in the switch namespace scrapes every rank's
     /// probe and evaluates rules/ every second; the job's culprit alerts and scores are
@@ -284,6 +285,9 @@ fn check_args(args: &LabArgs) -> Result<()> {
     }
     if args.probe.is_some() && args.record.is_none() && args.corpus.is_none() {
         bail!("--probe is for --record or --corpus");
+    }
+    if args.probe_per_rank && args.record.is_none() && args.corpus.is_none() {
+        bail!("--probe-per-rank is for --record or --corpus");
     }
     Ok(())
 }
