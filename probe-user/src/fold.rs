@@ -210,6 +210,13 @@ impl PeerFolder {
                 o.rtt.merge(&since(&p.rtt, before.map(|b| &b.rtt)));
                 o.retransmits +=
                     Change::of(p.retransmits, before.map(|b| b.retransmits)).increase();
+                o.socket_sent_bytes +=
+                    Change::of(p.socket_sent_bytes, before.map(|b| b.socket_sent_bytes)).increase();
+                o.socket_received_bytes += Change::of(
+                    p.socket_received_bytes,
+                    before.map(|b| b.socket_received_bytes),
+                )
+                .increase();
                 other_srtt = match (other_srtt, p.srtt_seconds) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),

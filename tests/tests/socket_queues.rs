@@ -5,7 +5,10 @@
 //! with bytes nobody reads (Recv-Q) and B's client's socket with bytes A does not take
 //! (Send-Q). Once the queues hold still, probe's `probe_tcp_receive_queue_bytes` and
 //! `probe_tcp_send_queue_bytes` for peer A must be what `ss` sums over B's connections to A,
-//! read just before and just after the scrape.
+//! read just before and just after the scrape. Then the bytes B's sockets carried to and
+//! from A (`probe_tcp_socket_sent_bytes_total`, `..._received_bytes_total`) must be what
+//! `ss -ti` shows as their `bytes_acked` and `bytes_received`: every connection opened after
+//! probe's first read, so probe counts each one whole.
 use std::{net::IpAddr, time::Duration};
 
 use probe_tests::{
@@ -26,6 +29,18 @@ fn ss_queues(ns: &Netns, peer: IpAddr) -> (u64, u64) {
             ))
         })
         .fold((0, 0), |(r, s), (a, b)| (r + a, s + b))
+}
+
+/// (bytes_acked, bytes_received) summed over `ns`'s established connections to `peer`, as
+/// `ss -ti` shows them.
+fn ss_carried(ns: &Netns, peer: IpAddr) -> (u64, u64) {
+    kernel::ss_tcp(ns)
+        .unwrap()
+        .iter()
+        .filter(|c| c.state == "ESTAB" && c.peer.ip() == peer)
+        .fold((0, 0), |(s, r), c| {
+            (s + c.bytes_acked, r + c.bytes_received)
+        })
 }
 
 #[test]
@@ -55,8 +70,10 @@ fn a_peers_queued_bytes_are_what_ss_shows() {
     }
     probe.wait_ticks(2);
     let before = ss_queues(&pair.b, a);
+    let carried_before = ss_carried(&pair.b, a);
     let m = probe.metrics();
     let after = ss_queues(&pair.b, a);
+    let carried_after = ss_carried(&pair.b, a);
     eprintln!(
         "ss in B towards {a}: (Recv-Q, Send-Q) {before:?} before the scrape, {after:?} after"
     );
@@ -80,6 +97,32 @@ fn a_peers_queued_bytes_are_what_ss_shows() {
         let v = m.get(name, &[("peer", &peer)]).unwrap();
         assert!(
             v.is_some_and(|v| v >= lo as f64 && v <= hi as f64),
+            "{name}{{peer={peer}}} = {v:?}, ss: {lo}..={hi}\n{}",
+            probe.log_tail(20)
+        );
+    }
+    eprintln!("ss in B towards {a}: (bytes_acked, bytes_received) {carried_before:?} before the scrape, {carried_after:?} after");
+    assert!(
+        carried_before.0 > 1_000_000 && carried_before.1 > 1_000_000,
+        "both directions carried data: {carried_before:?}"
+    );
+    for (name, was, now) in [
+        (
+            "probe_tcp_socket_sent_bytes_total",
+            carried_before.0,
+            carried_after.0,
+        ),
+        (
+            "probe_tcp_socket_received_bytes_total",
+            carried_before.1,
+            carried_after.1,
+        ),
+    ] {
+        let v = m.get(name, &[("peer", &peer)]).unwrap();
+        // The queues hold still, so do the counts; 0.1% for a segment still in motion.
+        let (lo, hi) = (was.min(now) as f64 * 0.999, was.max(now) as f64 * 1.001);
+        assert!(
+            v.is_some_and(|v| v >= lo && v <= hi),
             "{name}{{peer={peer}}} = {v:?}, ss: {lo}..={hi}\n{}",
             probe.log_tail(20)
         );

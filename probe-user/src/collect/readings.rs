@@ -203,6 +203,11 @@ pub struct PeerSeries {
     pub receive_queue_bytes: Option<u64>,
     /// Bytes written that the peer has not acknowledged yet (Send-Q).
     pub send_queue_bytes: Option<u64>,
+    /// Bytes probe's sockets (its cgroup's, when scoped) sent to the peer and had
+    /// acknowledged, and received from it, since probe started reading them (cumulative:
+    /// `tcpi_bytes_acked`, `tcpi_bytes_received`).
+    pub socket_sent_bytes: u64,
+    pub socket_received_bytes: u64,
 }
 
 /// A cumulative histogram: `buckets` holds (upper bound, count of samples <= bound).

@@ -9,6 +9,12 @@
 //! kernel fills a message per socket (about 0.65 us each here: 13 ms for 20,000 sockets),
 //! so a namespace with many sockets is read less often than every tick, keeping the reads
 //! under a thousandth of the time ([`READ_SHARE`]); between reads the last one stands.
+//!
+//! The same dump carries each socket's `tcp_info`, whose `tcpi_bytes_acked` and
+//! `tcpi_bytes_received` say how many bytes it carried: summed per peer as deltas of each
+//! socket since the last read, they are the bytes *these* sockets (a scoped probe's: the
+//! job's) exchanged with the peer, to be held against what TC counts to the same peer
+//! (everything on the link): the share of the link the job does not get.
 use std::{net::IpAddr, os::unix::fs::MetadataExt, path::Path};
 
 use anyhow::{bail, Context as _, Result};
@@ -28,6 +34,12 @@ use super::readings::{peer_label, PeerSeries};
 
 /// The attribute that carries a socket's cgroup v2 id (linux/inet_diag.h; kernels >= 5.7).
 const INET_DIAG_CGROUP_ID: u16 = 21;
+/// The attribute that carries a TCP socket's struct tcp_info.
+const INET_DIAG_INFO: u16 = 2;
+/// Offsets of `tcpi_bytes_acked` and `tcpi_bytes_received` in struct tcp_info
+/// (linux/tcp.h, both u64, since Linux 4.1 and 4.2).
+const TCPI_BYTES_ACKED: usize = 120;
+const TCPI_BYTES_RECEIVED: usize = 128;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 /// The fixed part of a response (struct inet_diag_msg) before its attributes.
@@ -45,6 +57,23 @@ pub struct Queues {
     pub send: u64,
 }
 
+/// Bytes one peer's sockets carried since probe started reading them: sent (and
+/// acknowledged by the peer) and received. Counters; a socket that closes between two reads
+/// loses what it carried since the last one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    pub sent: u64,
+    pub received: u64,
+}
+
+/// One socket at the last read: its peer and its `tcp_info` byte counts.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    peer: IpAddr,
+    acked: u64,
+    received: u64,
+}
+
 pub struct SocketQueues {
     socket: Socket,
     /// Only sockets of this cgroup v2 (its inode number is its id), when scoped.
@@ -55,6 +84,14 @@ pub struct SocketQueues {
     /// The last read, by peer label, and the ticks to wait before the next one.
     last: FxHashMap<String, Queues>,
     wait: u32,
+    /// Each socket of the last read (by its cookie), this read's so far, and whether a read
+    /// has happened: the sockets of the first read carried their bytes before probe looked.
+    seen: FxHashMap<[u8; 8], Seen>,
+    seen_now: FxHashMap<[u8; 8], Seen>,
+    reads: u64,
+    /// Bytes carried per peer (cumulative), and by label for the series.
+    carried: FxHashMap<IpAddr, Carried>,
+    carried_by_label: FxHashMap<String, Carried>,
 }
 
 /// The cgroup id of a cgroup v2 directory: its inode number.
@@ -79,6 +116,11 @@ impl SocketQueues {
             peers: FxHashMap::default(),
             last: FxHashMap::default(),
             wait: 0,
+            seen: FxHashMap::default(),
+            seen_now: FxHashMap::default(),
+            reads: 0,
+            carried: FxHashMap::default(),
+            carried_by_label: FxHashMap::default(),
         })
     }
 
@@ -89,6 +131,7 @@ impl SocketQueues {
     /// (`/proc/net/sockstat`, per namespace) is not dumped.
     pub fn read(&mut self) -> Result<&FxHashMap<IpAddr, Queues>> {
         self.peers.clear();
+        self.seen_now.clear();
         for (family, file, tag) in [
             (AF_INET, "/proc/net/sockstat", "TCP:"),
             (AF_INET6, "/proc/net/sockstat6", "TCP6:"),
@@ -99,7 +142,38 @@ impl SocketQueues {
             self.dump(family)
                 .with_context(|| format!("sock_diag dump of TCP sockets (family {family})"))?;
         }
+        self.count_carried();
         Ok(&self.peers)
+    }
+
+    /// The bytes each peer's sockets carried, summed since the first read.
+    pub fn carried(&self) -> &FxHashMap<IpAddr, Carried> {
+        &self.carried
+    }
+
+    /// Adds each socket's bytes since the last read to its peer. A socket new since then
+    /// counts all its bytes (it opened in between), except at the first read, which only
+    /// sets where each socket stands. A peer with no socket left is dropped: its counters
+    /// start again from zero if it comes back (a counter reset, as Prometheus reads one).
+    fn count_carried(&mut self) {
+        let first = self.reads == 0;
+        self.reads += 1;
+        for (cookie, now) in &self.seen_now {
+            let (acked, received) = match self.seen.get(cookie) {
+                Some(was) => (
+                    now.acked.saturating_sub(was.acked),
+                    now.received.saturating_sub(was.received),
+                ),
+                None if first => (0, 0),
+                None => (now.acked, now.received),
+            };
+            let c = self.carried.entry(now.peer).or_default();
+            c.sent += acked;
+            c.received += received;
+        }
+        let peers = &self.peers;
+        self.carried.retain(|ip, _| peers.contains_key(ip));
+        std::mem::swap(&mut self.seen, &mut self.seen_now);
     }
 
     /// Adds the queues to the peers sock_ops tracks (a peer with no established socket in
@@ -113,6 +187,11 @@ impl SocketQueues {
             let t = thread_cpu_s();
             let read = self.read()?;
             self.last = read.iter().map(|(ip, q)| (peer_label(*ip), *q)).collect();
+            self.carried_by_label = self
+                .carried
+                .iter()
+                .map(|(ip, c)| (peer_label(*ip), *c))
+                .collect();
             self.wait = ticks_to_wait(thread_cpu_s() - t, tick_s);
         } else {
             self.wait -= 1;
@@ -121,6 +200,13 @@ impl SocketQueues {
             let q = self.last.get(&p.peer).copied().unwrap_or_default();
             p.receive_queue_bytes = Some(q.receive);
             p.send_queue_bytes = Some(q.send);
+            let c = self
+                .carried_by_label
+                .get(&p.peer)
+                .copied()
+                .unwrap_or_default();
+            p.socket_sent_bytes = c.sent;
+            p.socket_received_bytes = c.received;
         }
         Ok(())
     }
@@ -140,7 +226,7 @@ impl SocketQueues {
             SockDiagMessage::InetRequest(InetRequest {
                 family,
                 protocol: IPPROTO_TCP,
-                extensions: ExtensionFlags::empty(),
+                extensions: ExtensionFlags::INFO,
                 states: StateFlags::ESTABLISHED,
                 socket_id,
             })
@@ -192,28 +278,59 @@ impl SocketQueues {
                             .context("the kernel refused the dump");
                     }
                 }
-                _ => add_socket(&mut self.peers, msg.payload(), self.cgroup),
+                _ => add_socket(
+                    &mut self.peers,
+                    &mut self.seen_now,
+                    msg.payload(),
+                    self.cgroup,
+                ),
             }
         }
         Ok(false)
     }
 }
 
-/// Adds one socket (struct inet_diag_msg and its attributes) to its peer's queues.
-fn add_socket(peers: &mut FxHashMap<IpAddr, Queues>, payload: &[u8], cgroup: Option<u64>) {
+/// Adds one socket (struct inet_diag_msg and its attributes) to its peer's queues, and
+/// notes its byte counts.
+fn add_socket(
+    peers: &mut FxHashMap<IpAddr, Queues>,
+    seen: &mut FxHashMap<[u8; 8], Seen>,
+    payload: &[u8],
+    cgroup: Option<u64>,
+) {
     let Ok(h) = InetResponseHeader::parse(payload) else {
         return;
     };
+    let attrs = payload.get(RESPONSE_HEADER_LEN..).unwrap_or_default();
     if let Some(want) = cgroup {
-        if socket_cgroup(payload.get(RESPONSE_HEADER_LEN..).unwrap_or_default()) != Some(want) {
+        if socket_cgroup(attrs) != Some(want) {
             return;
         }
     }
-    let q = peers
-        .entry(h.socket_id.destination_address.to_canonical())
-        .or_default();
+    let peer = h.socket_id.destination_address.to_canonical();
+    let q = peers.entry(peer).or_default();
     q.receive += u64::from(h.recv_queue);
     q.send += u64::from(h.send_queue);
+    if let Some((acked, received)) = socket_bytes(attrs) {
+        seen.insert(
+            h.socket_id.cookie,
+            Seen {
+                peer,
+                acked,
+                received,
+            },
+        );
+    }
+}
+
+/// `tcpi_bytes_acked` and `tcpi_bytes_received` of a socket's INET_DIAG_INFO attribute.
+fn socket_bytes(attrs: &[u8]) -> Option<(u64, u64)> {
+    let info = NlasIterator::new(attrs)
+        .filter_map(Result::ok)
+        .find(|a| a.kind() == INET_DIAG_INFO)?;
+    let v = info.value();
+    let at = |off: usize| Some(u64::from_ne_bytes(v.get(off..off + 8)?.try_into().ok()?));
+    Some((at(TCPI_BYTES_ACKED)?, at(TCPI_BYTES_RECEIVED)?))
 }
 
 /// Ticks to skip after a read that took `cost_s`, so that reads take at most [`READ_SHARE`]
@@ -315,6 +432,61 @@ mod tests {
         assert!(seen >= 3000, "own cgroup's unread bytes: {seen}");
         let mut none = SocketQueues::new(Some(u64::MAX)).unwrap();
         assert!(none.read().unwrap().is_empty());
+    }
+
+    /// Bytes a connection opened before the first read wrote and read are carried by its
+    /// peer exactly (the listener on 127.0.0.77, an address no other test uses; the other
+    /// end's socket has 127.0.0.1 as its peer and is not looked at); a connection that opens
+    /// after a read counts whole, its SYN as one acknowledged byte, as `ss` shows it.
+    #[test]
+    fn a_peers_sockets_carry_what_was_written_and_read() {
+        let ip = IpAddr::from([127, 0, 0, 77]);
+        let l = TcpListener::bind((ip, 0)).unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = l.accept().unwrap();
+        let mut q = SocketQueues::new(None).unwrap();
+        q.read().unwrap();
+        assert_eq!(q.carried().get(&ip).copied(), Some(Carried::default()));
+        let mut b = vec![0; 50_000];
+        tx.write_all(&b).unwrap();
+        rx.read_exact(&mut b).unwrap();
+        rx.write_all(&b[..30_000]).unwrap();
+        tx.read_exact(&mut b[..30_000]).unwrap();
+        let want = Carried {
+            sent: 50_000,
+            received: 30_000,
+        };
+        // Bounded wait for the last ACK to come back.
+        let settle = |q: &mut SocketQueues, want: Carried| {
+            let mut seen = Carried::default();
+            for _ in 0..100 {
+                q.read().unwrap();
+                seen = q.carried()[&ip];
+                if seen == want {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            seen
+        };
+        assert_eq!(settle(&mut q, want), want);
+        let mut late = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut late_rx, _) = l.accept().unwrap();
+        late.write_all(&b[..1000]).unwrap();
+        late_rx.read_exact(&mut b[..1000]).unwrap();
+        late_rx.write_all(&b[..500]).unwrap();
+        late.read_exact(&mut b[..500]).unwrap();
+        let want = Carried {
+            sent: 50_000 + 1001,
+            received: 30_000 + 500,
+        };
+        assert_eq!(settle(&mut q, want), want);
+        drop((tx, rx, late, late_rx));
+        q.read().unwrap();
+        assert!(
+            q.carried().get(&ip).is_none(),
+            "a peer with no socket left is dropped"
+        );
     }
 
     #[test]

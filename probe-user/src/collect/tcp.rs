@@ -211,6 +211,8 @@ impl TcpCollector {
             // The sockets' dump fills them (sockets.rs).
             receive_queue_bytes: None,
             send_queue_bytes: None,
+            socket_sent_bytes: 0,
+            socket_received_bytes: 0,
         };
         let mut out: Vec<PeerSeries> = self
             .totals

@@ -169,6 +169,18 @@ fn encode_tcp(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         "Retransmitted TCP segments to a peer, all sockets",
         s.readings.peers.iter().map(|p| (peer(p), p.retransmits)),
     )?;
+    counter(
+        enc,
+        "probe_tcp_socket_sent_bytes",
+        "Bytes probe's sockets (its cgroup's when scoped) sent to a peer and had acknowledged (tcpi_bytes_acked)",
+        s.readings.peers.iter().map(|p| (peer(p), p.socket_sent_bytes)),
+    )?;
+    counter(
+        enc,
+        "probe_tcp_socket_received_bytes",
+        "Bytes probe's sockets (its cgroup's when scoped) received from a peer (tcpi_bytes_received)",
+        s.readings.peers.iter().map(|p| (peer(p), p.socket_received_bytes)),
+    )?;
     Ok(())
 }
 

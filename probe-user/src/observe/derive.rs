@@ -180,6 +180,10 @@ impl<'a> Tick<'a> {
                     r.rtt_p99_s = h.quantile(0.99);
                 }
                 r.retransmits_per_s = self.rate(p.retransmits, b.map(|b| b.retransmits));
+                r.socket_tx_bytes_per_s =
+                    self.rate(p.socket_sent_bytes, b.map(|b| b.socket_sent_bytes));
+                r.socket_rx_bytes_per_s =
+                    self.rate(p.socket_received_bytes, b.map(|b| b.socket_received_bytes));
             }
             rows.push(r);
         }
@@ -374,6 +378,8 @@ mod tests {
             retransmits: retrans,
             receive_queue_bytes: None,
             send_queue_bytes: None,
+            socket_sent_bytes: 0,
+            socket_received_bytes: 0,
         }
     }
 

@@ -39,6 +39,8 @@ pub struct Observation {
     pub connections: Option<i64>,
     pub receive_queue_bytes: Option<i64>,
     pub send_queue_bytes: Option<i64>,
+    pub socket_tx_bytes_per_s: Option<f64>,
+    pub socket_rx_bytes_per_s: Option<f64>,
     pub bursts: Option<i64>,
     pub burst_bytes: Option<i64>,
     pub burst_seconds: Option<f64>,

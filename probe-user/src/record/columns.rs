@@ -174,6 +174,8 @@ pub const COLUMNS: &[Column<Row>] = &[
     col!(connections, I64),
     col!(receive_queue_bytes, I64),
     col!(send_queue_bytes, I64),
+    col!(socket_tx_bytes_per_s, F64),
+    col!(socket_rx_bytes_per_s, F64),
     col!(bursts, I64),
     col!(burst_bytes, I64),
     col!(burst_seconds, F64),
