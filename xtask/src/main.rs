@@ -6,6 +6,7 @@
 //! - `bench`: measures probe's overhead against a release build.
 //! - `lab`: the distributed-training traffic lab.
 //! - `model`: the built-in spike model from a lab corpus, trained and evaluated.
+//! - `job-corpus`: the job's corpus (one probe per rank), recorded and packed.
 //! - `dist`: the static binary (x86_64 musl), its checksum and the Debian package.
 //! - `fuzz [--seconds N]`: the cargo-fuzz targets of probe's parsers (`fuzz/`).
 //! - `soak`: the churn soak (the daemon under interface, peer, map, RDMA, scraper and
@@ -19,6 +20,7 @@ mod bench;
 mod build;
 mod dist;
 mod fuzz;
+mod job_corpus;
 mod lab;
 mod model;
 mod setup;
@@ -51,6 +53,9 @@ enum Command {
     Lab(lab::LabArgs),
     /// Regenerates the built-in spike model from a lab corpus (needs root; hours).
     Model(model::ModelArgs),
+    /// Records the job's corpus (one probe per rank, needs root; hours, resumable) and packs
+    /// it into xtask/job-corpus/.
+    JobCorpus(job_corpus::JobCorpusArgs),
     /// Builds the static release binary (x86_64 musl, stripped, at most 15 MB), its sha256
     /// and the Debian package (that binary, hardened unit, default config) into target/dist.
     Dist(dist::DistArgs),
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Lab(args) => lab::run(args),
         Command::Model(args) => model::run(args),
+        Command::JobCorpus(args) => job_corpus::run(args),
         Command::Dist(args) => dist::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Soak(args) => soak::run(args),

@@ -89,6 +89,12 @@ pub struct FeaturesArgs {
     #[arg(long, value_name = "DIR")]
     pub compact: Option<PathBuf>,
 
+    /// With --compact: keep each recording as a job corpus run does, its peers' busy spans
+    /// (DIR/NAME/recording.spans.parquet, docs/recording.md) instead of its features, so
+    /// that features can be computed from it again. Writes no features (no --out).
+    #[arg(long, requires = "compact", conflicts_with = "out")]
+    pub spans: bool,
+
     /// Overwrite FILE (and the files of --compact) if they exist.
     #[arg(long)]
     pub force: bool,
@@ -305,6 +311,12 @@ fn featurize(
 
     let ev_path = events_path(path);
     let stored = store::features_path(path);
+    if !ev_path.exists() && !stored.exists() && store::spans_path(path).exists() {
+        bail!(
+            "{} is a job corpus run: it keeps busy spans, not the burst events today's burst features are computed from",
+            path.display()
+        );
+    }
     let (mut rows, tick, source) = if !ev_path.exists() && stored.exists() {
         let (rows, tick) = store::read_features(
             path,
@@ -478,6 +490,21 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         if let Some(dir) = &args.compact {
             store::check(dir, &recording_name(path), path, args.force)?;
         }
+        if let (Some(dir), true) = (&args.compact, args.spans) {
+            let obs: Vec<Observation> = reader::read(path)?;
+            let s = store::write_spans(dir, path, &recording_name(path), &obs, &keep)
+                .with_context(|| format!("storing {} compactly", path.display()))?;
+            let kib = |b: u64| b as f64 / 1024.0;
+            eprintln!(
+                "features: {} -> {}: recording.parquet {:.1} KiB, recording.spans.parquet {:.1} KiB, {:.1} KiB of lab files",
+                path.display(),
+                s.dir.display(),
+                kib(s.observations),
+                kib(s.data),
+                kib(s.beside)
+            );
+            continue;
+        }
         let f = featurize(path, &fcfg, &lcfg, &numeric, &keep)
             .with_context(|| format!("featurizing {}", path.display()))?;
         total += f.rows.len();
@@ -497,7 +524,7 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
                 path.display(),
                 s.dir.display(),
                 kib(s.observations),
-                kib(s.features),
+                kib(s.data),
                 kib(s.beside)
             );
         }

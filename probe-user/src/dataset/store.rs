@@ -27,10 +27,10 @@ use parquet::basic::Encoding;
 
 use super::{table, Featurized, Keep, Row, JOB_LOG, KEYS};
 use crate::{
-    observe::{Observation, ENTITY_KINDS},
+    observe::{spans, BurstEvent, Observation, TickBursts, ENTITY_KINDS, PEER},
     record::{
         columns::{self, Cell, ColumnDef, Table, Type},
-        events_path,
+        events_path, reader,
         writer::{zstd, RecordingWriter},
     },
 };
@@ -98,13 +98,9 @@ fn iteration_times(text: &[u8]) -> Vec<u8> {
 /// which no feature nears); values below its normal range (1.2e-38) lose bits as f32
 /// subnormals do.
 pub fn round_feature(v: f64) -> Option<f32> {
-    if !v.is_finite() {
-        return None;
-    }
-    const DROP: u32 = f64::MANTISSA_DIGITS - 1 - MANTISSA_BITS;
-    let bits = (v.to_bits() + (1 << (DROP - 1))) & !((1u64 << DROP) - 1);
-    let f = f64::from_bits(bits) as f32;
-    f.is_finite().then_some(f)
+    round_observation(v)
+        .map(|x| x as f32)
+        .filter(|f| f.is_finite())
 }
 
 /// Where the stored features of recording `rec` are: `run.parquet` ->
@@ -267,7 +263,7 @@ pub(super) fn check(outdir: &Path, name: &str, path: &Path, force: bool) -> Resu
         return Ok(());
     }
     let dir = dst.parent().unwrap_or(outdir);
-    for p in [dst.clone(), features_path(&dst)]
+    for p in [dst.clone(), features_path(&dst), spans_path(&dst)]
         .into_iter()
         .chain(BESIDE.iter().map(|f| dir.join(f)))
     {
@@ -285,7 +281,8 @@ pub(super) fn check(outdir: &Path, name: &str, path: &Path, force: bool) -> Resu
 pub(super) struct Written {
     pub dir: PathBuf,
     pub observations: u64,
-    pub features: u64,
+    /// The features file, or the spans file of a job corpus run.
+    pub data: u64,
     pub beside: u64,
 }
 
@@ -343,6 +340,19 @@ pub(super) fn write(
     w.finish()
         .with_context(|| format!("writing {}", fpath.display()))?;
 
+    let beside = copy_beside(path, &dir)?;
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    Ok(Written {
+        observations: size(&dst),
+        data: size(&fpath),
+        beside,
+        dir,
+    })
+}
+
+/// Copies the lab's files from beside recording `path` into `dir` ([`BESIDE`], made
+/// portable and reduced), returning their bytes.
+fn copy_beside(path: &Path, dir: &Path) -> Result<u64> {
     let mut beside = 0;
     if let Some(src) = path.parent() {
         for name in BESIDE {
@@ -362,13 +372,113 @@ pub(super) fn write(
             beside += text.len() as u64;
         }
     }
+    Ok(beside)
+}
+
+/// Writes the compact copy of recording `path` as a job corpus run keeps it under `outdir`:
+/// the observations of the rows `keep` keeps, the busy spans of its peers that `keep` keeps
+/// (from every event of each tick, as the merge reads them) and the lab's files. No
+/// features: they are computed again from the spans.
+pub(super) fn write_spans(
+    outdir: &Path,
+    path: &Path,
+    name: &str,
+    obs: &[Observation],
+    keep: &Keep,
+) -> Result<Written> {
+    let dst = compact_path(outdir, name);
+    let dir = dst.parent().unwrap_or(outdir).to_path_buf();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let compression = zstd(ZSTD_LEVEL)?;
+    let ev_path = events_path(path);
+    let events: Vec<BurstEvent> = if ev_path.exists() {
+        reader::read(&ev_path)?
+    } else {
+        bail!(
+            "{} is missing: a job corpus run keeps the busy spans of the burst events",
+            ev_path.display()
+        );
+    };
+    if events.windows(2).any(|w| w[1].tick_unix < w[0].tick_unix) {
+        bail!("{}: burst events are not in tick order", ev_path.display());
+    }
+    let mut spans = Vec::new();
+    for tick in events.chunk_by(|a, b| a.tick_unix == b.tick_unix) {
+        spans.extend(
+            spans::spans(&TickBursts::from_events(tick))
+                .into_iter()
+                .filter(|s| keep.keeps(PEER, &s.peer)),
+        );
+    }
+
+    let mut meta = recording_meta(path)?;
+    meta.push(("probe.compact.peers".to_string(), keep.peers.join(",")));
+    meta.push(("probe.compact.kinds".to_string(), keep.kinds.join(",")));
+    let meta: Vec<(&str, String)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let mut w = RecordingWriter::create_with(&dst, rounded_observations(), &meta, compression)?;
+    w.push(
+        obs.iter()
+            .filter(|o| keep.keeps(&o.entity_kind, &o.entity))
+            .cloned(),
+    );
+    w.finish()
+        .with_context(|| format!("writing {}", dst.display()))?;
+
+    let spath = spans_path(&dst);
+    let smeta = [
+        ("probe.spans.merge_gap_us", spans::MERGE_GAP_US.to_string()),
+        ("probe.version", env!("CARGO_PKG_VERSION").to_string()),
+    ];
+    let compression = zstd(ZSTD_LEVEL)?;
+    let mut w = RecordingWriter::create_with(&spath, columns::spans(), &smeta, compression)?;
+    w.push(spans);
+    w.finish()
+        .with_context(|| format!("writing {}", spath.display()))?;
+    let beside = copy_beside(path, &dir)?;
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     Ok(Written {
         observations: size(&dst),
-        features: size(&fpath),
+        data: size(&spath),
         beside,
         dir,
     })
+}
+
+/// The observations table as a job corpus run stores it: every measured value (the
+/// doubles after the two keys, `time_unix` and `interval_s`, which stay exact) rounded to
+/// [`MANTISSA_BITS`] bits of mantissa as stored features are, BYTE_STREAM_SPLIT. A
+/// rate such as `tx_bytes_per_s` is a counter's delta over the interval, all 52 bits busy:
+/// rounded, a 15-minute rank's peer, interface and host rows shrink to about half.
+fn rounded_observations() -> Table<Observation> {
+    let mut t = columns::observations();
+    for c in t.columns.iter_mut().skip(2) {
+        if c.ty == Type::F64 {
+            c.encoding = Some(Encoding::BYTE_STREAM_SPLIT);
+        }
+    }
+    t.cell = |r, i| match (columns::COLUMNS[i].get)(r) {
+        Cell::F64(v) if i >= 2 => Cell::F64(v.and_then(round_observation)),
+        c => c,
+    };
+    t
+}
+
+/// An observed value as a job corpus run stores it: rounded to [`MANTISSA_BITS`] bits of
+/// mantissa, half up (on the magnitude), kept a double (its low bits zero cost nothing
+/// once split into byte streams); null for NaN and infinities. [`round_feature`] is this,
+/// made an f32.
+pub fn round_observation(v: f64) -> Option<f64> {
+    if !v.is_finite() {
+        return None;
+    }
+    const DROP: u32 = f64::MANTISSA_DIGITS - 1 - MANTISSA_BITS;
+    let bits = (v.to_bits() + (1 << (DROP - 1))) & !((1u64 << DROP) - 1);
+    Some(f64::from_bits(bits)).filter(|x| x.is_finite())
+}
+
+/// The busy spans of compact run `rec`: `run.parquet` -> `run.spans.parquet`.
+pub fn spans_path(rec: &Path) -> PathBuf {
+    crate::record::sibling_path(rec, "spans")
 }
 
 /// The key-value metadata of the recording at `path`.
@@ -582,6 +692,97 @@ mod tests {
 
     fn same_bits(a: f64, b: f64) -> bool {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    /// A job corpus run (`--compact --spans`): the kept rows' observations with every
+    /// measured value rounded and the keys exact, the kept peers' busy spans equal to the
+    /// merge of each tick's events, no features; `probe features` refuses to read it.
+    #[test]
+    fn a_job_corpus_run_keeps_rounded_observations_and_the_spans_of_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let raw = lab_run(&d.join("raw/run7"));
+        let compact = d.join("compact");
+        features(&[
+            p("--data"),
+            &raw,
+            p("--compact"),
+            &compact,
+            p("--spans"),
+            p("--peers"),
+            p("10.232."),
+            p("--kinds"),
+            p("peer,interface,host"),
+        ])
+        .unwrap();
+        let run = compact.join("run7");
+        assert!(run.join("recording.spans.parquet").exists());
+        assert!(!run.join("recording.features.parquet").exists());
+        assert!(run.join(JOB_LOG).exists());
+
+        let all: Vec<Observation> = reader::read(&raw).unwrap();
+        let kept: Vec<Observation> = reader::read(&run.join("recording.parquet")).unwrap();
+        let want: Vec<&Observation> = all
+            .iter()
+            .filter(|o| o.entity_kind != QDISC && o.entity != "127.0.0.1")
+            .collect();
+        assert_eq!(kept.len(), want.len());
+        assert_eq!(kept.len(), TICKS * 4, "two peers, the interface, the host");
+        let mut rounded = 0;
+        for (k, o) in kept.iter().zip(&want) {
+            assert_eq!(k.time_unix.to_bits(), o.time_unix.to_bits());
+            assert_eq!(k.interval_s.to_bits(), o.interval_s.to_bits());
+            assert_eq!((&k.entity_kind, &k.entity), (&o.entity_kind, &o.entity));
+            assert_eq!(k.rtt_samples, o.rtt_samples, "integers stay exact");
+            let r = |v: Option<f64>| v.and_then(round_observation);
+            assert_eq!(k.tx_bytes_per_s, r(o.tx_bytes_per_s));
+            assert_eq!(k.srtt_s, r(o.srtt_s));
+            assert_eq!(k.sojourn_p99_s, r(o.sojourn_p99_s));
+            rounded += usize::from(k.tx_bytes_per_s != o.tx_bytes_per_s);
+        }
+        assert!(rounded > 100, "{rounded} values moved by the rounding");
+
+        let events: Vec<BurstEvent> = reader::read(&events_path(&raw)).unwrap();
+        let mut expected = Vec::new();
+        for tick in events.chunk_by(|a, b| a.tick_unix == b.tick_unix) {
+            expected.extend(
+                spans::spans(&TickBursts::from_events(tick))
+                    .into_iter()
+                    .filter(|s| s.peer.starts_with("10.232.")),
+            );
+        }
+        let stored: Vec<spans::Span> =
+            reader::read(&spans_path(&run.join("recording.parquet"))).unwrap();
+        assert_eq!(stored, expected);
+        assert_eq!(
+            stored.len(),
+            TICKS * 2 * 4,
+            "4 bursts 250 ms apart, 2 peers kept"
+        );
+        let bytes: u64 = events
+            .iter()
+            .filter(|e| e.peer.starts_with("10.232."))
+            .map(|e| e.bytes)
+            .sum();
+        assert_eq!(stored.iter().map(|s| s.bytes).sum::<u64>(), bytes);
+
+        let err = features(&[
+            p("--data"),
+            &run.join("recording.parquet"),
+            p("--out"),
+            &d.join("x.parquet"),
+        ])
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("job corpus run"), "{err:#}");
+        // --spans without --compact, or with --out, is refused by the parser.
+        assert!(features(&[
+            p("--data"),
+            &raw,
+            p("--spans"),
+            p("--out"),
+            &d.join("y.parquet")
+        ])
+        .is_err());
     }
 
     /// A compact run reads back into the table a replay of the raw recording gives: the same

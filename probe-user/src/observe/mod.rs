@@ -4,6 +4,7 @@
 //! rows, and `probe features` reads them back.
 mod derive;
 mod observation;
+pub mod spans;
 
 pub use crate::collect::tick_bursts::{BurstEvent, BurstLabel, TickBurst, TickBursts};
 pub use derive::derive;

@@ -3,7 +3,7 @@
 //! types). Adding a column: a field in [`Row`], an entry in [`COLUMNS`], a line in the docs.
 //! A field without an entry is never read, which the compiler reports.
 
-pub use crate::observe::{BurstEvent, Observation as Row};
+pub use crate::observe::{spans::Span, BurstEvent, Observation as Row};
 
 /// Bumped whenever a column changes meaning or is removed (adding one keeps the version);
 /// stored in the file's key-value metadata as `probe.recording.schema`.
@@ -109,6 +109,24 @@ pub fn burst_events() -> Table<BurstEvent> {
     }
 }
 
+/// The busy spans table of a job corpus run (`FILE` with `.spans.parquet`).
+pub fn spans() -> Table<Span> {
+    let mut columns = defs(SPAN_COLUMNS);
+    // The starts of a tick's spans are close together: their differences, bit-packed, are
+    // a fraction of the plain values (a quarter smaller once zstd has both; the other
+    // integers compress better plain).
+    for c in &mut columns {
+        if c.name == "start_us" {
+            c.encoding = Some(::parquet::basic::Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    Table {
+        message: "probe_busy_spans",
+        columns,
+        cell: |r, i| (SPAN_COLUMNS[i].get)(r),
+    }
+}
+
 macro_rules! col {
     ($name:ident, F64, required) => {
         Column {
@@ -208,6 +226,17 @@ pub const COLUMNS: &[Column<Row>] = &[
 ];
 
 /// The columns of the burst events table, in file order.
+pub const SPAN_COLUMNS: &[Column<Span>] = &[
+    col!(tick_unix, F64, required),
+    col!(peer, Str, required),
+    col!(start_us, U64, required),
+    col!(duration_us, U64, required),
+    col!(bursts, U64, required),
+    col!(bytes, U64, required),
+    col!(egress_bytes, U64, required),
+    col!(max_burst_bytes, U64, required),
+];
+
 pub const EVENT_COLUMNS: &[Column<BurstEvent>] = &[
     col!(tick_unix, F64, required),
     col!(start_unix, F64, required),
@@ -253,6 +282,7 @@ mod tests {
     fn docs_list_exactly_the_columns() {
         same_as_docs(&observations(), "## Columns");
         same_as_docs(&burst_events(), "## Burst events");
+        same_as_docs(&spans(), "## Busy spans");
     }
 
     fn same_as_docs<R>(table: &Table<R>, section: &str) {

@@ -303,8 +303,9 @@ fn split_counts(entries: &[Entry]) -> (usize, usize) {
     (train, entries.len() - train)
 }
 
-/// Where a packed run keeps its features (`probe features --compact`).
-const PACKED: &str = "recording.features.parquet";
+/// Where a packed run keeps its features (`probe features --compact`), or a packed job
+/// corpus run its busy spans (`--compact --spans`).
+const PACKED: [&str; 2] = ["recording.features.parquet", "recording.spans.parquet"];
 
 /// The plan's entries, with the runs an earlier invocation recorded marked done: its
 /// corpus.json says ok and the recording is still there, or the run is packed under
@@ -357,7 +358,7 @@ fn resume(
                     e.wall_s = r["wall_s"].as_f64();
                 }
             }
-            if packed.is_some_and(|p| p.join(&e.dir).join(PACKED).is_file()) {
+            if packed.is_some_and(|p| PACKED.iter().any(|f| p.join(&e.dir).join(f).is_file())) {
                 e.status = Status::Ok;
             }
             e
@@ -651,10 +652,15 @@ mod tests {
         // A run packed elsewhere (the repository's corpus) counts as recorded.
         let packed = dir.join("packed");
         fs::create_dir_all(packed.join(&entries[1].dir)).unwrap();
-        fs::write(packed.join(&entries[1].dir).join(PACKED), b"x").unwrap();
+        fs::write(packed.join(&entries[1].dir).join(PACKED[0]), b"x").unwrap();
         let again = resume(&dir, &s, plan(2, 1, &RANKS), Some(&packed)).unwrap();
         let st: Vec<Status> = again.iter().map(|e| e.status).collect();
         assert_eq!(st, [Status::Ok, Status::Ok, Status::Pending]);
+        // So does a job corpus run packed as busy spans.
+        fs::create_dir_all(packed.join(&entries[2].dir)).unwrap();
+        fs::write(packed.join(&entries[2].dir).join(PACKED[1]), b"x").unwrap();
+        let again = resume(&dir, &s, plan(2, 1, &RANKS), Some(&packed)).unwrap();
+        assert!(again.iter().all(|e| e.status == Status::Ok));
         assert_eq!(doc["heldout_only"]["pattern"], "ps");
         let _ = fs::remove_dir_all(&dir);
     }
