@@ -7,6 +7,7 @@
 //! what it hands on.
 pub mod bursts;
 mod engine;
+pub mod job;
 pub mod period;
 mod row;
 pub mod schema;
