@@ -202,7 +202,7 @@ impl JobLog {
     /// since it ended if the iteration under way has taken longer (a stall shows at once).
     /// With the calm level: the `q` quantile of the durations of the iterations completed
     /// in the `window` before `t`, if they span `min` of it.
-    fn at(&self, t: f64, cfg: &LabelConfig) -> Option<(f64, f64)> {
+    pub fn at(&self, t: f64, cfg: &LabelConfig) -> Option<(f64, f64)> {
         let k = self.iterations.partition_point(|it| it.1 <= t);
         let (s, e) = *self.iterations.get(k.checked_sub(1)?)?;
         let period = (e - s).max(t - e);

@@ -4,6 +4,7 @@
 //! pandas/polars. Each recording starts from fresh state, as the daemon did. A recording
 //! without its burst events but with stored features beside it (a compact run, `store`)
 //! takes its features from those.
+pub mod job;
 pub mod labels;
 pub mod spec;
 pub mod store;
@@ -94,6 +95,12 @@ pub struct FeaturesArgs {
     /// that features can be computed from it again. Writes no features (no --out).
     #[arg(long, requires = "compact", conflicts_with = "out")]
     pub spans: bool,
+
+    /// Each --data is a per-rank lab run (its directory, or its recording.parquet): write
+    /// the job rows of every rank (the host's view of its training job, the early
+    /// warning's features) with the job's slowdown and culprit labels (docs/job.md).
+    #[arg(long, conflicts_with_all = ["compact", "peers", "kinds"], requires = "out")]
+    pub job: bool,
 
     /// Overwrite FILE (and the files of --compact) if they exist.
     #[arg(long)]
@@ -460,6 +467,10 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         }
     }
     let (fcfg, lcfg) = configs(&args)?;
+    if args.job {
+        let out = args.out.as_deref().expect("clap requires --out with --job");
+        return job::main(&args.data, out, &lcfg.horizons);
+    }
     let numeric = columns(&fcfg, &lcfg);
     let keep = Keep {
         kinds: args.kinds.clone(),
