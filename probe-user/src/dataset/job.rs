@@ -258,16 +258,7 @@ impl Run {
                 rows: replay(&obs, &spans),
             });
         }
-        let from = hosts
-            .iter()
-            .filter_map(|h| h.rows.first())
-            .map(|r| r.time_unix)
-            .fold(f64::INFINITY, f64::min);
-        let to = hosts
-            .iter()
-            .filter_map(|h| h.rows.last())
-            .map(|r| r.time_unix)
-            .fold(f64::NEG_INFINITY, f64::max);
+        let (from, to) = span(&hosts);
         if !from.is_finite() || !to.is_finite() {
             bail!("{}: no rank has a job peer", dir.display());
         }
@@ -288,6 +279,11 @@ impl Run {
             pace,
             episodes,
         })
+    }
+
+    /// The first and last time any rank has a job row.
+    pub fn span(&self) -> (f64, f64) {
+        span(&self.hosts)
     }
 
     /// The labels of a row of rank `rank` at `t`, in [`label_names`] order.
@@ -322,17 +318,32 @@ impl Run {
     }
 }
 
+fn span(hosts: &[Host]) -> (f64, f64) {
+    let from = hosts
+        .iter()
+        .filter_map(|h| h.rows.first())
+        .map(|r| r.time_unix)
+        .fold(f64::INFINITY, f64::min);
+    let to = hosts
+        .iter()
+        .filter_map(|h| h.rows.last())
+        .map(|r| r.time_unix)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (from, to)
+}
+
 /// How far `slowdown_in_s` looks.
 const NEXT_ONSET_S: f64 = 60.0;
 
-/// The label columns: `slows_within_{h}` per horizon, `job_slow`, `slowdown_in_s`,
+/// The label columns: `slows_within_{h}` per horizon, `slowed` (the job is slow now),
+/// `slowdown_in_s`,
 /// `culprit`.
 pub fn label_names(horizons: &[Duration]) -> Vec<String> {
     let mut v: Vec<String> = horizons
         .iter()
         .map(|h| format!("slows_within_{}", crate::features::schema::label(*h)))
         .collect();
-    v.extend(["job_slow", "slowdown_in_s", "culprit"].map(String::from));
+    v.extend(["slowed", "slowdown_in_s", "culprit"].map(String::from));
     v
 }
 
@@ -474,7 +485,7 @@ mod tests {
         assert!(Pace::of(&log(300.0, 0.55, 100.0, 130.0), 0.0, 300.0)
             .slowdowns
             .is_empty());
-        // Forecast labels: 5 s before the onset, within 15 s but not 5 s ... (2 s before).
+        // 10.75 s before the onset: within 15 s, not within 5 s.
         assert_eq!(pace.next_onset(90.0, 15.0).map(|d| d.round()), Some(11.0));
         assert!(pace.next_onset(90.0, 5.0).is_none());
         assert!(pace.judged_at(90.0));

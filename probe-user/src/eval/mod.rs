@@ -5,6 +5,7 @@
 //! calibration. Regressors against persistence and mean reversion. A Markdown report and
 //! SVG plots.
 pub mod baselines;
+pub mod job;
 pub mod metrics;
 pub mod operating;
 pub mod plots;

@@ -139,8 +139,8 @@ pub const STATS: &[(&str, &str)] = &[
         "the mean of the last 5 s minus that of the 5 s before, against the calm level as above",
     ),
     (
-        "_max_over_calm",
-        "the largest value of the last 15 s against the calm level",
+        "_peak_over_calm",
+        "the largest value of the last 15 s against the calm level, as above",
     ),
 ];
 
@@ -451,7 +451,7 @@ mod tests {
         assert_eq!(r.values[at("job_srtt")], 0.006);
         // The calm level stays at the median of the history, calm still most of it.
         assert!((r.values[at("job_srtt_over_calm")] - 3.0).abs() < 1e-9);
-        assert!((r.values[at("job_srtt_max_over_calm")] - 3.0).abs() < 1e-9);
+        assert!((r.values[at("job_srtt_peak_over_calm")] - 3.0).abs() < 1e-9);
         assert_eq!(
             r.values[at("job_srtt_trend")],
             0.0,
@@ -480,6 +480,9 @@ mod tests {
     fn a_tick_without_job_peers_has_no_row() {
         let mut f = JobFeatures::new();
         assert!(f.tick(0.0, &[], &[]).is_none());
-        assert_eq!(names().len(), SIGNALS.len() * STATS.len());
+        let n = names();
+        assert_eq!(n.len(), SIGNALS.len() * STATS.len());
+        let unique: std::collections::HashSet<&String> = n.iter().collect();
+        assert_eq!(unique.len(), n.len(), "feature names collide");
     }
 }

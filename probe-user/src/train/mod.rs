@@ -11,6 +11,8 @@ mod bag;
 mod crossfit;
 #[cfg(feature = "train")]
 mod fit;
+#[cfg(feature = "train")]
+mod job;
 pub mod split;
 
 use std::path::PathBuf;
@@ -67,6 +69,16 @@ pub struct TrainArgs {
     #[arg(long)]
     pub no_gate: bool,
 
+    /// The job's early warning instead (docs/job.md): --data and --heldout are per-rank lab
+    /// runs (the job corpus's directories); writes the job models, job.json and report.md
+    /// (held-out figures against the baselines) into DIR.
+    #[arg(long, requires = "heldout")]
+    pub job: bool,
+
+    /// With --job: the held-out runs the models are judged on once.
+    #[arg(long, value_name = "RUN", num_args = 1.., requires = "job")]
+    pub heldout: Vec<PathBuf>,
+
     /// Overwrite DIR's model files if it exists.
     #[arg(long)]
     pub force: bool,
@@ -74,6 +86,9 @@ pub struct TrainArgs {
 
 #[cfg(feature = "train")]
 pub fn main(args: TrainArgs) -> anyhow::Result<()> {
+    if args.job {
+        return job::main(&args);
+    }
     fit::main(args)
 }
 

@@ -1,0 +1,425 @@
+//! `probe train --job`: the job's early warning from per-rank lab runs (the job corpus).
+//! Every rank's job rows (the job feature stage, as the daemon computes them) with the job's
+//! labels; per target (`culprit`: an episode is under way on this host; `slows_within_{h}`:
+//! the job slows within h) a LightGBM classifier fitted on the training runs, scored
+//! out-of-fold there (folds by run) to choose the warning's threshold at the false-warning
+//! budget, and judged once on the held-out runs against fair baselines (single job
+//! features, the same rule and budget): row PR-AUC and the warning's episode figures with
+//! bootstrap intervals by run. The culprit model is the warning's score (it ranks held-out
+//! episodes far above the slowdown forecast, docs/job.md); the forecasts are gauges.
+use std::{fmt::Write as _, time::Duration};
+
+use anyhow::{bail, Context as _, Result};
+use lightgbm3::{Booster as Lgbm, Dataset};
+use serde_json::json;
+
+use super::TrainArgs;
+use crate::{
+    dataset::job::{label_names, Run},
+    eval::{
+        job::{self as ej, Figures, HostScores, RuleConfig, RunVerdict},
+        metrics,
+    },
+    features::job as fj,
+    model::lgbm::Booster,
+};
+
+/// The rule the warning is judged with (rules/job.rules.yml).
+pub const STAND_OUT: f64 = 2.0;
+pub const HOLD: usize = 2;
+/// False warnings per job-hour of calm the threshold is chosen for.
+pub const BUDGET: f64 = 1.0;
+const FOLDS: usize = 3;
+const REPS: usize = 1000;
+const SEED: u64 = 50;
+
+/// The single-feature baselines, each as its own score under the same rule.
+const BASELINES: &[&str] = &[
+    "job_srtt_max_over_calm",
+    "job_srtt_over_calm",
+    "job_span_max_over_calm",
+    "job_srtt_max_trend",
+];
+
+fn horizons() -> Vec<Duration> {
+    crate::dataset::labels::LabelConfig::default().horizons
+}
+
+/// The targets a model is fitted for: the forecasts, then the culprit.
+fn targets() -> Vec<String> {
+    label_names(&horizons())
+        .into_iter()
+        .filter(|n| n.starts_with("slows_within_") || n == "culprit")
+        .collect()
+}
+
+/// One run's rows, flattened: per row its host, features and labels.
+struct Rows {
+    host: Vec<usize>,
+    x: Vec<f64>,
+    labels: Vec<Vec<f64>>,
+}
+
+fn rows_of(run: &Run) -> Rows {
+    let hz = horizons();
+    let names = label_names(&hz);
+    let want: Vec<usize> = targets()
+        .iter()
+        .map(|t| names.iter().position(|n| n == t).expect("a label"))
+        .collect();
+    let mut r = Rows {
+        host: Vec::new(),
+        x: Vec::new(),
+        labels: Vec::new(),
+    };
+    for (h, host) in run.hosts.iter().enumerate() {
+        for row in &host.rows {
+            r.host.push(h);
+            r.x.extend(&row.values);
+            let l = run.labels(host.rank, row.time_unix, &hz);
+            r.labels.push(want.iter().map(|&i| l[i]).collect());
+        }
+    }
+    r
+}
+
+fn params(rounds: u32, leaves: u32, y: &[f32]) -> serde_json::Value {
+    let p = y.iter().filter(|v| **v > 0.5).count().max(1) as f64;
+    let n = y.len() as f64 - p;
+    json!({
+        "objective": "binary",
+        "num_iterations": rounds,
+        "learning_rate": 0.06,
+        "num_leaves": leaves,
+        "min_data_in_leaf": 200,
+        "feature_fraction": 0.7,
+        "bagging_fraction": 0.8,
+        "bagging_freq": 1,
+        "lambda_l2": 5.0,
+        "max_bin": 63,
+        "scale_pos_weight": (n / p).sqrt().max(1.0),
+        "seed": 1,
+        "deterministic": true,
+        "num_threads": 2,
+        "verbosity": -1,
+    })
+}
+
+/// Fits a classifier on the labelled rows of `runs` for target `k`.
+fn fit(runs: &[&Rows], k: usize, args: &TrainArgs) -> Result<(String, Booster)> {
+    let nf = fj::names().len();
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for r in runs {
+        for (i, l) in r.labels.iter().enumerate() {
+            if l[k].is_finite() {
+                x.extend_from_slice(&r.x[i * nf..(i + 1) * nf]);
+                y.push(l[k] as f32);
+            }
+        }
+    }
+    if !y.iter().any(|v| *v > 0.5) {
+        bail!("no positive row to learn from");
+    }
+    let mut d = Dataset::from_slice(&x, &y, nf as i32, true).context("LightGBM dataset")?;
+    d.set_feature_names(&fj::names())
+        .context("LightGBM feature names")?;
+    let m = Lgbm::train(d, &params(args.rounds, args.leaves, &y)).context("LightGBM training")?;
+    let text = m.save_string().context("saving the LightGBM model")?;
+    let ours = Booster::parse(&text).context("LightGBM wrote a model probe cannot read")?;
+    // The Rust evaluator against LightGBM's own predictions.
+    let n = (y.len()).min(2000);
+    let theirs = m
+        .predict(&x[..n * nf], nf as i32, true)
+        .context("LightGBM predict")?;
+    let diff = x[..n * nf]
+        .chunks(nf)
+        .map(|r| ours.predict(r))
+        .zip(&theirs)
+        .fold(0.0f64, |d, (a, b)| d.max((a - b).abs()));
+    if diff.is_nan() || diff > 1e-6 {
+        bail!("the Rust evaluator differs from LightGBM by {diff:e}");
+    }
+    Ok((text, ours))
+}
+
+fn score(m: &Booster, r: &Rows) -> Vec<f64> {
+    r.x.chunks(fj::names().len())
+        .map(|x| m.predict(x))
+        .collect()
+}
+
+fn host_scores(run: &Run, r: &Rows, s: &[f64]) -> Vec<HostScores> {
+    let mut out: Vec<HostScores> = run
+        .hosts
+        .iter()
+        .map(|h| HostScores {
+            rank: h.rank,
+            time_unix: h.rows.iter().map(|r| r.time_unix).collect(),
+            score: Vec::with_capacity(h.rows.len()),
+        })
+        .collect();
+    for (h, v) in r.host.iter().zip(s) {
+        out[*h]
+            .score
+            .push(if v.is_finite() { *v } else { f64::MIN });
+    }
+    out
+}
+
+fn rule(threshold: f64) -> RuleConfig {
+    RuleConfig {
+        threshold,
+        stand_out: STAND_OUT,
+        hold: HOLD,
+        grid_s: 1.0,
+    }
+}
+
+fn verdicts(runs: &[Run], rows: &[Rows], scores: &[Vec<f64>], thr: f64) -> Vec<RunVerdict> {
+    runs.iter()
+        .zip(rows)
+        .zip(scores)
+        .enumerate()
+        .map(|(i, ((run, r), s))| {
+            ej::judge(i, run, &ej::warnings(&host_scores(run, r, s), &rule(thr)))
+        })
+        .collect()
+}
+
+/// The lowest threshold whose warnings stay within the budget on `runs` (candidates: the
+/// score quantiles of the rows of hosts with no episode under way).
+fn threshold(runs: &[Run], rows: &[Rows], scores: &[Vec<f64>]) -> f64 {
+    let mut calm: Vec<f64> = Vec::new();
+    for (r, s) in rows.iter().zip(scores) {
+        for (i, v) in s.iter().enumerate() {
+            if v.is_finite() && r.labels[i].last().is_some_and(|c| *c == 0.0) {
+                calm.push(*v);
+            }
+        }
+    }
+    calm.sort_by(f64::total_cmp);
+    if calm.is_empty() {
+        return f64::INFINITY;
+    }
+    let all = (0..runs.len()).collect::<Vec<_>>();
+    for k in 1..=40 {
+        // 1 - q from 0.1 down to 1e-5, log-spaced.
+        let q = 1.0 - 0.1 * 10f64.powf(-(k as f64) / 10.0);
+        let thr = calm[((calm.len() - 1) as f64 * q).round() as usize];
+        let f = ej::figures(&verdicts(runs, rows, scores, thr), &all);
+        if f.false_per_calm_hour <= BUDGET {
+            return thr;
+        }
+    }
+    calm[calm.len() - 1] + 1e-9
+}
+
+/// A statistic with its 95% bootstrap interval over the held-out runs.
+fn with_ci(v: f64, samples: &[f64]) -> String {
+    match metrics::interval(samples, 0.95) {
+        Some((lo, hi)) => format!("{v:.2} [{lo:.2}, {hi:.2}]"),
+        None => format!("{v:.2}"),
+    }
+}
+
+/// PR-AUC of `s` on the rows of target `k` whose label is known, over the runs `drawn`.
+fn pr_auc(rows: &[Rows], scores: &[Vec<f64>], k: usize, drawn: &[usize]) -> Option<f64> {
+    let (mut s, mut y) = (Vec::new(), Vec::new());
+    for &i in drawn {
+        for (l, v) in rows[i].labels.iter().zip(&scores[i]) {
+            if l[k].is_finite() {
+                s.push(if v.is_finite() { *v } else { f64::MIN });
+                y.push(l[k] > 0.5);
+            }
+        }
+    }
+    metrics::average_precision(&s, &y)
+}
+
+fn feature_scores(rows: &[Rows], name: &str) -> Vec<Vec<f64>> {
+    let nf = fj::names().len();
+    let c = fj::names()
+        .iter()
+        .position(|n| n == name)
+        .expect("a job feature");
+    rows.iter()
+        .map(|r| r.x.chunks(nf).map(|x| x[c]).collect())
+        .collect()
+}
+
+fn load(paths: &[std::path::PathBuf], what: &str) -> Result<Vec<Run>> {
+    if paths.is_empty() {
+        bail!("--job needs {what} runs");
+    }
+    paths
+        .iter()
+        .map(|p| Run::load(p).with_context(|| format!("reading {}", p.display())))
+        .collect()
+}
+
+pub fn main(args: &TrainArgs) -> Result<()> {
+    let out = &args.out;
+    if out.join("job.json").exists() && !args.force {
+        bail!(
+            "{} holds a job model; pass --force to overwrite it",
+            out.display()
+        );
+    }
+    let train = load(&args.data, "training (--data)")?;
+    let held = load(&args.heldout, "held-out (--heldout)")?;
+    let trows: Vec<Rows> = train.iter().map(rows_of).collect();
+    let hrows: Vec<Rows> = held.iter().map(rows_of).collect();
+    let names = targets();
+    let culprit = names.len() - 1;
+    let mut report = String::new();
+    let hall: Vec<usize> = (0..held.len()).collect();
+    let mut models = serde_json::Map::new();
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut warning = None;
+    writeln!(
+        report,
+        "# The job's early warning: {} training runs, {} held out\n",
+        train.len(),
+        held.len()
+    )?;
+    for (k, target) in names.iter().enumerate() {
+        // Out of fold on the training runs, by run.
+        let mut oof: Vec<Vec<f64>> = trows.iter().map(|r| vec![f64::NAN; r.host.len()]).collect();
+        for f in 0..FOLDS {
+            let fit_on: Vec<&Rows> = trows
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % FOLDS != f)
+                .map(|(_, r)| r)
+                .collect();
+            let (_, m) = fit(&fit_on, k, args).with_context(|| format!("{target}, fold {f}"))?;
+            for (i, r) in trows.iter().enumerate().filter(|(i, _)| i % FOLDS == f) {
+                oof[i] = score(&m, r);
+            }
+        }
+        let all: Vec<&Rows> = trows.iter().collect();
+        let (text, m) = fit(&all, k, args).with_context(|| target.clone())?;
+        let file = format!("job-{}.txt", target.replace('_', "-"));
+        std::fs::write(out.join(&file), &text)?;
+        let hs: Vec<Vec<f64>> = hrows.iter().map(|r| score(&m, r)).collect();
+        // Ranking: PR-AUC on held-out rows, against each baseline, paired by run.
+        let base: Vec<(&str, Vec<Vec<f64>>)> = BASELINES
+            .iter()
+            .map(|b| (*b, feature_scores(&hrows, b)))
+            .collect();
+        let boot = metrics::bootstrap(held.len(), REPS, SEED, |d| {
+            let m = pr_auc(&hrows, &hs, k, d)?;
+            let mut v = vec![m];
+            for (_, b) in &base {
+                v.push(m - pr_auc(&hrows, b, k, d)?);
+            }
+            Some(v)
+        });
+        let col = |j: usize| boot.iter().map(|v| v[j]).collect::<Vec<f64>>();
+        let ap = pr_auc(&hrows, &hs, k, &hall).unwrap_or(f64::NAN);
+        let pos = {
+            let (mut n, mut p) = (0usize, 0usize);
+            for r in &hrows {
+                for l in &r.labels {
+                    if l[k].is_finite() {
+                        n += 1;
+                        p += (l[k] > 0.5) as usize;
+                    }
+                }
+            }
+            p as f64 / n.max(1) as f64
+        };
+        writeln!(
+            report,
+            "## {target}\n\nheld-out PR-AUC {} (always-alarm {pos:.3})",
+            with_ci(ap, &col(0))
+        )?;
+        let mut beats = true;
+        for (j, (b, bs)) in base.iter().enumerate() {
+            let d = ap - pr_auc(&hrows, bs, k, &hall).unwrap_or(f64::NAN);
+            let ci = metrics::interval(&col(j + 1), 0.95);
+            beats &= ci.is_some_and(|(lo, _)| lo > 0.0);
+            writeln!(report, "- minus {b}: {}", with_ci(d, &col(j + 1)))?;
+        }
+        models.insert(
+            target.clone(),
+            json!({"file": file, "heldout_pr_auc": ap, "beats_baselines": beats}),
+        );
+        if k == culprit {
+            warning = Some((oof, hs));
+        }
+        writeln!(report)?;
+        eprintln!("train: {target}: held-out PR-AUC {ap:.3}");
+    }
+    // The warning: the culprit model's score under the rule, threshold from out of fold.
+    let (oof, hs) = warning.expect("the culprit target is last");
+    let thr = threshold(&train, &trows, &oof);
+    let mut scorers: Vec<(String, f64, Vec<Vec<f64>>)> = vec![("model (culprit)".into(), thr, hs)];
+    for b in BASELINES {
+        let tb = feature_scores(&trows, b);
+        let t = threshold(&train, &trows, &tb);
+        scorers.push(((*b).into(), t, feature_scores(&hrows, b)));
+    }
+    writeln!(
+        report,
+        "## The warning (rule: score >= threshold for {HOLD} ticks and >= {STAND_OUT}x the median of the job's other hosts; threshold chosen out of fold on the training runs for <= {BUDGET} false warning per calm job-hour)\n"
+    )?;
+    writeln!(report, "| scorer | threshold | gradual warned before slowdown | lead >= 5 s | median lead s | right host of warned | abrupt named within 10 s | false per calm job-hour | false in non-slowing episodes |")?;
+    writeln!(report, "|---|---|---|---|---|---|---|---|---|")?;
+    let mut figures_json = serde_json::Map::new();
+    for (name, t, s) in &scorers {
+        let v = verdicts(&held, &hrows, s, *t);
+        let f: Figures = ej::figures(&v, &hall);
+        let boot = metrics::bootstrap(held.len(), REPS, SEED, |d| {
+            let g = ej::figures(&v, d);
+            Some(vec![
+                g.warned,
+                g.lead5,
+                g.right,
+                g.abrupt_named,
+                g.false_per_calm_hour,
+            ])
+        });
+        let col = |j: usize| boot.iter().map(|v| v[j]).collect::<Vec<f64>>();
+        writeln!(
+            report,
+            "| {name} | {t:.4} | {} of {} | {} | {:.1} | {} | {} of {} | {} ({:.2} h) | {} |",
+            with_ci(f.warned, &col(0)),
+            f.gradual,
+            with_ci(f.lead5, &col(1)),
+            f.median_lead_s,
+            with_ci(f.right, &col(2)),
+            with_ci(f.abrupt_named, &col(3)),
+            f.abrupt,
+            with_ci(f.false_per_calm_hour, &col(4)),
+            f.calm_hours,
+            f.false_in_episodes
+        )?;
+        figures_json.insert(
+            name.clone(),
+            json!({
+                "threshold": t, "gradual": f.gradual, "warned": f.warned, "lead5": f.lead5,
+                "median_lead_s": f.median_lead_s, "right_host": f.right, "abrupt": f.abrupt,
+                "abrupt_named": f.abrupt_named, "false_per_calm_hour": f.false_per_calm_hour,
+                "false_in_non_slowing_episodes": f.false_in_episodes, "calm_hours": f.calm_hours,
+            }),
+        );
+    }
+    let manifest = json!({
+        "name": args.name,
+        "features": fj::names(),
+        "models": models,
+        "warning": {"model": "culprit", "threshold": thr, "stand_out": STAND_OUT, "hold_ticks": HOLD, "budget_per_calm_hour": BUDGET},
+        "heldout": figures_json,
+        "trained_on": args.data.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "heldout_runs": args.heldout.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        out.join("job.json"),
+        serde_json::to_string_pretty(&manifest)? + "\n",
+    )?;
+    std::fs::write(out.join("report.md"), &report)?;
+    print!("{report}");
+    eprintln!("train: job models and report -> {}", out.display());
+    Ok(())
+}
