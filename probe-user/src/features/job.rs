@@ -42,6 +42,9 @@ pub struct JobSignal {
     /// Compared to its calm level as a ratio (levels) or a difference (shares, which may
     /// be calm at 0).
     pub ratio: bool,
+    /// A ratio's calm level is at least this: a job whose transfers are mostly under the
+    /// spans' merge gap would otherwise read a 20 ms span as a hundredfold.
+    pub floor: f64,
     pub what: &'static str,
     pub why: &'static str,
 }
@@ -50,6 +53,7 @@ pub struct JobSignal {
 pub const SIGNALS: &[JobSignal] = &[
     JobSignal {
         name: "srtt",
+        floor: 1e-4,
         unit: "s",
         ratio: true,
         what: "median smoothed RTT of the job's peers",
@@ -57,6 +61,7 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "srtt_max",
+        floor: 1e-4,
         unit: "s",
         ratio: true,
         what: "largest smoothed RTT of any job peer",
@@ -64,6 +69,7 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "span_max",
+        floor: 0.01,
         unit: "s",
         ratio: true,
         what: "longest busy span (bursts less than 10 ms apart) of any job peer in the tick",
@@ -71,6 +77,7 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "busy",
+        floor: 0.01,
         unit: "1",
         ratio: true,
         what: "busy seconds of all job peers' spans per second of the tick",
@@ -78,6 +85,7 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "egress_share",
+        floor: 0.0,
         unit: "1",
         ratio: false,
         what: "share of the spans' bytes this host sent",
@@ -85,20 +93,23 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "job_bytes",
+        floor: 1e3,
         unit: "B/s",
         ratio: true,
-        what: "the job's socket bytes per second to and from its peers, both directions",
+        what: "the job's socket bytes per second to and from its peers, both directions, over the last 5 s",
         why: "a job that moves less per second is a job that has slowed",
     },
     JobSignal {
         name: "foreign_share",
+        floor: 0.0,
         unit: "1",
         ratio: false,
-        what: "share of the wire bytes to and from the job's peers that are not the job's sockets' (TC bytes against the socket dump's)",
+        what: "share of the wire bytes to and from the job's peers that are not the job's sockets' (TC bytes against the socket dump's), over the last 5 s",
         why: "traffic from outside the job on the job's links",
     },
     JobSignal {
         name: "unread",
+        floor: 0.0,
         unit: "B",
         ratio: false,
         what: "bytes received and not yet read by the job's sockets",
@@ -106,6 +117,7 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "unsent",
+        floor: 0.0,
         unit: "B",
         ratio: false,
         what: "bytes the job's sockets hold not yet acknowledged",
@@ -113,6 +125,7 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "retransmit_share",
+        floor: 0.0,
         unit: "1",
         ratio: false,
         what: "retransmitted segments over packets sent to the job's peers",
@@ -120,10 +133,27 @@ pub const SIGNALS: &[JobSignal] = &[
     },
     JobSignal {
         name: "queue",
+        floor: 0.0,
         unit: "s",
         ratio: false,
         what: "the host's qdisc backlog over its send rate: seconds of queue",
         why: "an egress squeeze queues on the host itself",
+    },
+    JobSignal {
+        name: "foreign_tx_share",
+        floor: 0.0,
+        unit: "1",
+        ratio: false,
+        what: "share of the wire bytes sent to the job's peers that are not the job's sockets', over the last 5 s",
+        why: "this host sends traffic from outside the job on the job's links (an incast's sender, cross traffic)",
+    },
+    JobSignal {
+        name: "foreign_rx_share",
+        floor: 0.0,
+        unit: "1",
+        ratio: false,
+        what: "share of the wire bytes received from the job's peers that are not the job's sockets', over the last 5 s",
+        why: "traffic from outside the job arrives on this host's link (an incast's receiver)",
     },
 ];
 
@@ -166,15 +196,43 @@ pub struct JobRow {
     pub values: Vec<f64>,
 }
 
+/// One tick's signals, before the job state: the socket and wire byte rates are kept
+/// apart, since the socket dump's counters move only on the ticks it reads (every few ticks
+/// on a busy host: between reads the job's bytes read 0, then the sum of several ticks).
+pub struct TickSignals {
+    pub peers: usize,
+    /// [`SIGNALS`] order, NaN where not known; `job_bytes` and `foreign_share` of this
+    /// tick alone.
+    pub values: Vec<f64>,
+    /// Bytes per second: the job's sockets' sent and received, the wire's sent and received
+    /// (TC) to and from the job's peers.
+    pub bytes: [Option<f64>; 4],
+}
+
 /// The per-tick signals of one tick (NaN where not known), [`SIGNALS`] order.
 pub fn signals(obs: &[Observation], spans: &[Span]) -> (usize, Vec<f64>) {
+    let s = tick_signals(obs, spans);
+    (s.peers, s.values)
+}
+
+const JOB_BYTES: usize = 5;
+const FOREIGN_SHARE: usize = 6;
+const FOREIGN_TX: usize = 11;
+const FOREIGN_RX: usize = 12;
+
+/// The per-tick signals of one tick, with its byte rates.
+pub fn tick_signals(obs: &[Observation], spans: &[Span]) -> TickSignals {
     let job: Vec<&Observation> = obs
         .iter()
         .filter(|r| r.entity_kind == o::PEER && is_job_peer(r))
         .collect();
     let mut out = vec![f64::NAN; SIGNALS.len()];
     if job.is_empty() {
-        return (0, out);
+        return TickSignals {
+            peers: 0,
+            values: out,
+            bytes: [None; 4],
+        };
     }
     let mut srtt: Vec<f64> = job
         .iter()
@@ -199,18 +257,13 @@ pub fn signals(obs: &[Observation], spans: &[Span]) -> (usize, Vec<f64>) {
     if bytes > 0 {
         out[4] = egress as f64 / bytes as f64;
     }
-    let sock = sum(job
-        .iter()
-        .map(|r| o::sum_opt(r.socket_tx_bytes_per_s, r.socket_rx_bytes_per_s)));
-    let wire = sum(job
-        .iter()
-        .map(|r| o::sum_opt(r.tx_bytes_per_s, r.rx_bytes_per_s)));
-    out[5] = sock.unwrap_or(f64::NAN);
-    if let (Some(s), Some(w)) = (sock, wire) {
-        if w > 0.0 {
-            out[6] = (1.0 - s / w).clamp(0.0, 1.0);
-        }
-    }
+    let bytes = [
+        sum(job.iter().map(|r| r.socket_tx_bytes_per_s)),
+        sum(job.iter().map(|r| r.socket_rx_bytes_per_s)),
+        sum(job.iter().map(|r| r.tx_bytes_per_s)),
+        sum(job.iter().map(|r| r.rx_bytes_per_s)),
+    ];
+    bytes_signals(&mut out, &[bytes], 1);
     out[7] = sum(job.iter().map(|r| r.receive_queue_bytes.map(|b| b as f64))).unwrap_or(f64::NAN);
     out[8] = sum(job.iter().map(|r| r.send_queue_bytes.map(|b| b as f64))).unwrap_or(f64::NAN);
     let retx = sum(job.iter().map(|r| r.retransmits_per_s));
@@ -231,7 +284,34 @@ pub fn signals(obs: &[Observation], spans: &[Span]) -> (usize, Vec<f64>) {
             };
         }
     }
-    (job.len(), out)
+    TickSignals {
+        peers: job.len(),
+        values: out,
+        bytes,
+    }
+}
+
+/// The byte signals over ticks of byte rates (`bytes` entries, `ticks` of them with the
+/// job's socket bytes known): the job's mean bytes per second, and the foreign shares.
+fn bytes_signals(out: &mut [f64], bytes: &[[Option<f64>; 4]], ticks: usize) {
+    let col = |i: usize| sum(bytes.iter().map(|b| b[i]));
+    let (stx, srx, wtx, wrx) = (col(0), col(1), col(2), col(3));
+    let both = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (None, None) => None,
+        _ => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    };
+    out[JOB_BYTES] = both(stx, srx).map_or(f64::NAN, |s| s / ticks.max(1) as f64);
+    out[FOREIGN_SHARE] = foreign(both(stx, srx), both(wtx, wrx));
+    out[FOREIGN_TX] = foreign(stx, wtx);
+    out[FOREIGN_RX] = foreign(srx, wrx);
+}
+
+/// The share of the wire bytes that are not the sockets'.
+fn foreign(sock: Option<f64>, wire: Option<f64>) -> f64 {
+    match (sock, wire) {
+        (Some(s), Some(w)) if w > 0.0 => (1.0 - s / w).clamp(0.0, 1.0),
+        _ => f64::NAN,
+    }
 }
 
 /// A peer with one of the job's sockets this tick.
@@ -253,6 +333,9 @@ fn sum(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 #[derive(Default)]
 pub struct JobFeatures {
     history: VecDeque<(f64, Vec<f64>)>,
+    /// The last `TREND_S` of (time, [`TickSignals::bytes`]).
+    bytes: VecDeque<(f64, [Option<f64>; 4])>,
+    scratch_bytes: Vec<[Option<f64>; 4]>,
     calm: Vec<f64>,
     ticks: u64,
     scratch: Vec<f64>,
@@ -266,8 +349,30 @@ impl JobFeatures {
     /// The job row of one tick; None when the host has no job peer this tick (the job's
     /// history is kept: a pause between steps is not a new job).
     pub fn tick(&mut self, now: f64, obs: &[Observation], spans: &[Span]) -> Option<JobRow> {
-        let (peers, x) = signals(obs, spans);
+        let TickSignals {
+            peers,
+            values: mut x,
+            bytes,
+        } = tick_signals(obs, spans);
         self.ticks += 1;
+        if peers > 0 {
+            self.bytes.push_back((now, bytes));
+            while self
+                .bytes
+                .front()
+                .is_some_and(|(t, _)| now - t >= TREND_S)
+            {
+                self.bytes.pop_front();
+            }
+            self.scratch_bytes.clear();
+            self.scratch_bytes.extend(self.bytes.iter().map(|b| b.1));
+            let n = self
+                .bytes
+                .iter()
+                .filter(|b| b.1[0].is_some() || b.1[1].is_some())
+                .count();
+            bytes_signals(&mut x, &self.scratch_bytes, n);
+        }
         while self
             .history
             .front()
@@ -315,6 +420,11 @@ impl JobFeatures {
         let (_, last) = self.history.back().expect("pushed this tick");
         for (i, s) in SIGNALS.iter().enumerate() {
             let calm = self.calm.get(i).copied().unwrap_or(f64::NAN);
+            let calm = if s.ratio && calm.is_finite() {
+                calm.max(s.floor)
+            } else {
+                calm
+            };
             let rel = |v: f64| {
                 if s.ratio {
                     if calm > 0.0 {

@@ -214,6 +214,28 @@ fn threshold(runs: &[Run], rows: &[Rows], scores: &[Vec<f64>]) -> f64 {
     calm[calm.len() - 1] + 1e-9
 }
 
+/// Per (onset, kind) of the episodes that slowed the job: how many, warned before the
+/// slowdown, right host among those, named within 10 s.
+fn kinds(v: &[RunVerdict]) -> String {
+    let mut by: std::collections::BTreeMap<(bool, &str), [usize; 4]> = Default::default();
+    for e in v.iter().flat_map(|r| &r.episodes) {
+        if e.slowed_after_s.is_none() {
+            continue;
+        }
+        let c = by.entry((!e.gradual, e.kind.as_str())).or_default();
+        c[0] += 1;
+        c[1] += e.lead_s.is_some() as usize;
+        c[2] += e.lead_right as usize;
+        c[3] += e.named as usize;
+    }
+    let mut s = String::from("| onset | kind | slowed the job | warned before | right host | named within 10 s |\n|---|---|---|---|---|---|\n");
+    for ((abrupt, kind), c) in by {
+        let onset = if abrupt { "abrupt" } else { "gradual" };
+        let _ = writeln!(s, "| {onset} | {kind} | {} | {} | {} | {} |", c[0], c[1], c[2], c[3]);
+    }
+    s
+}
+
 /// A statistic with its 95% bootstrap interval over the held-out runs.
 fn with_ci(v: f64, samples: &[f64]) -> String {
     match metrics::interval(samples, 0.95) {
@@ -367,8 +389,12 @@ pub fn main(args: &TrainArgs) -> Result<()> {
     writeln!(report, "| scorer | threshold | gradual warned before slowdown | lead >= 5 s | median lead s | right host of warned | abrupt named within 10 s | false per calm job-hour | false in non-slowing episodes |")?;
     writeln!(report, "|---|---|---|---|---|---|---|---|---|")?;
     let mut figures_json = serde_json::Map::new();
-    for (name, t, s) in &scorers {
+    let mut by_kind = String::new();
+    for (n, (name, t, s)) in scorers.iter().enumerate() {
         let v = verdicts(&held, &hrows, s, *t);
+        if n == 0 {
+            by_kind = kinds(&v);
+        }
         let f: Figures = ej::figures(&v, &hall);
         let boot = metrics::bootstrap(held.len(), REPS, SEED, |d| {
             let g = ej::figures(&v, d);
@@ -405,6 +431,7 @@ pub fn main(args: &TrainArgs) -> Result<()> {
             }),
         );
     }
+    writeln!(report, "\n### The model's warning by episode kind (held out)\n\n{by_kind}")?;
     let manifest = json!({
         "name": args.name,
         "features": fj::names(),
