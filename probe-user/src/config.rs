@@ -73,6 +73,12 @@ pub struct RunArgs {
     /// reloads it; a bad model is refused and the previous one keeps serving.
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
+
+    /// The job's early-warning models (`probe train --job --out`): scores this host's job
+    /// row each tick into probe_job_warning_score and probe_job_slowdown_probability
+    /// (docs/job.md). Default: none (the job's series are not exported).
+    #[arg(long, value_name = "DIR")]
+    pub job_model: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -105,6 +111,8 @@ pub struct Config {
     pub top_peers: usize,
     pub maps: MapSizes,
     pub model: Option<PathBuf>,
+    /// The job's early-warning models (`--job-model`).
+    pub job_model: Option<PathBuf>,
     pub rdma: RdmaSettings,
     pub bpf_log: bool,
     /// `probe_host_info`'s training_job label.
@@ -234,6 +242,7 @@ impl Default for Config {
             top_peers: 256,
             maps: MapSizes::default(),
             model: None,
+            job_model: None,
             rdma: RdmaSettings::default(),
             bpf_log: false,
             training_job: None,
@@ -255,6 +264,7 @@ struct FileConfig {
     tc_attach: Option<TcAttach>,
     top_peers: Option<usize>,
     model: Option<PathBuf>,
+    job_model: Option<PathBuf>,
     training_job: Option<String>,
     cgroup: Option<PathBuf>,
     interfaces: Option<FileInterfaces>,
@@ -333,6 +343,9 @@ impl Config {
         if let Some(v) = &args.model {
             c.model = Some(v.clone());
         }
+        if let Some(v) = &args.job_model {
+            c.job_model = Some(v.clone());
+        }
         if let Some(v) = &args.training_job {
             c.training_job = Some(v.clone());
         }
@@ -390,6 +403,9 @@ impl Config {
         }
         if let Some(v) = f.model {
             self.model = Some(v);
+        }
+        if let Some(v) = f.job_model {
+            self.job_model = Some(v);
         }
         if let Some(v) = f.training_job {
             self.training_job = Some(v);

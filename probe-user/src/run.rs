@@ -36,6 +36,9 @@ pub fn main(args: RunArgs) -> Result<()> {
     let cfg = Config::resolve(&args)?;
     // A bad model is a configuration error: say so before touching the kernel.
     let model = model::load(cfg.model.as_deref(), &cfg.features)?;
+    if let Some(d) = &cfg.job_model {
+        model::job::JobModel::load(d)?;
+    }
     // So is a bad web config (a missing certificate, a password that is not a bcrypt hash).
     let web = match &cfg.web_config {
         Some(p) => WebConfig::load(p)?,

@@ -26,6 +26,8 @@ pub struct Snapshot {
     /// Entities the model stage scored this tick, and how long it took.
     pub model_entities: u64,
     pub model_seconds: f64,
+    /// The host's view of its training job, scored (None: no job peer this tick).
+    pub job: Option<crate::model::job::JobScores>,
     /// How long each stage of this tick took, in the order they ran.
     pub stages: Vec<StageTime>,
     /// Seconds each stage has taken since the daemon started.

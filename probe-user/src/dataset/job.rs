@@ -69,6 +69,9 @@ pub struct Pace {
 impl Pace {
     pub fn of(log: &JobLog, from: f64, to: f64) -> Pace {
         let cfg = pace_config();
+        // Past the log's last iteration the job has ended (or its log has): time since
+        // that iteration is no stall.
+        let to = log.iterations.last().map_or(from, |it| to.min(it.1));
         let n = (((to - from) / GRID_S).floor().max(0.0) as usize) + 1;
         let t: Vec<f64> = (0..n).map(|i| from + i as f64 * GRID_S).collect();
         let raw: Vec<Option<bool>> = t
@@ -492,5 +495,70 @@ mod tests {
         assert!(!pace.judged_at(110.0), "slow now");
         assert!(!pace.judged_at(150.0), "within 30 s after a slowdown");
         assert!(!pace.judged_at(30.0), "before the calm level is known");
+    }
+
+    /// A run of the job corpus: every rank's rows, and slowdowns that the job's own log
+    /// shows and the lab's episodes caused.
+    #[test]
+    fn a_corpus_run_reads_as_the_job_and_its_slowdowns_are_the_episodes() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../xtask/job-corpus/train/000-ps-200ms-4096KiB-4r-500M-q50-seed1");
+        let run = Run::load(&dir).unwrap();
+        assert_eq!(run.hosts.len(), 4);
+        for (r, h) in run.hosts.iter().enumerate() {
+            assert_eq!(h.rank, r);
+            assert_eq!(h.addr, format!("10.232.0.{}", r + 1));
+            assert!(
+                h.rows.len() > 800,
+                "rank {r}: {} rows of a 900 s run",
+                h.rows.len()
+            );
+        }
+        // The job's log, read here on its own: each onset's iterations are >= 1.2x the
+        // calm pace (the quarter quantile of the 300 s before).
+        let log: Vec<(f64, f64)> = std::fs::read_to_string(dir.join("rank0.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["t_start"].as_f64().unwrap(), v["t_end"].as_f64().unwrap())
+            })
+            .collect();
+        let onsets: Vec<f64> = run
+            .pace
+            .slowdowns
+            .iter()
+            .filter(|s| s.onset)
+            .map(|s| s.start)
+            .collect();
+        assert!(onsets.len() >= 3, "{:?}", run.pace.slowdowns);
+        for s in &onsets {
+            let mut calm: Vec<f64> = log
+                .iter()
+                .filter(|(_, e)| *e > s - 300.0 && *e < s - 1.0)
+                .map(|(a, e)| e - a)
+                .collect();
+            calm.sort_by(f64::total_cmp);
+            let q = calm[calm.len() / 4];
+            // The iterations around the onset: the one under way, or the one just finished.
+            let slow = log
+                .iter()
+                .filter(|(a, e)| *e > s - 1.0 && *a < s + 1.0)
+                .map(|(a, e)| e - a)
+                .fold(0.0, f64::max);
+            assert!(
+                slow >= 1.2 * q,
+                "onset at {s}: {slow} s against a calm {q} s"
+            );
+        }
+        // Each onset falls in an episode of the ground truth (the lab slowed the job).
+        for s in &onsets {
+            assert!(
+                run.episodes
+                    .iter()
+                    .any(|e| e.t_start - 1.0 <= *s && *s <= e.t_end + 10.0),
+                "an onset at {s} outside every episode"
+            );
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! calm for false warnings. The warning is the rule's (rules/job.rules.yml
 //! `ProbeJobSlowdownForecast`) emulated on the job's hosts' scores: a host warns when its
 //! score is at or over the threshold for [`RuleConfig::hold`] ticks in a row and stands out
-//! against the job's other hosts (at least `stand_out` times their median); the job's
+//! against the job's hosts (at least `stand_out` times their median, its own included); the job's
 //! warning starts when a first host warns and names the host with the highest score.
 use std::collections::BTreeMap;
 
@@ -19,7 +19,7 @@ pub struct HostScores {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RuleConfig {
     pub threshold: f64,
-    /// A host's score against the median of the job's other hosts' at the same tick.
+    /// A host's score against the median of the job's hosts' at the same tick.
     pub stand_out: f64,
     /// Ticks in a row at or over the threshold.
     pub hold: usize,
@@ -52,18 +52,14 @@ pub fn warnings(hosts: &[HostScores], cfg: &RuleConfig) -> Vec<Warning> {
     let mut run = vec![0usize; hosts.len()];
     let mut firing = false;
     let mut out = Vec::new();
-    let mut others = Vec::with_capacity(hosts.len());
+    let mut known = Vec::with_capacity(hosts.len());
     for (k, v) in &grid {
+        // The job's median at this tick, as the rule's `quantile by (training_job)`.
+        known.clear();
+        known.extend(v.iter().copied().filter(|x| x.is_finite()));
+        let med = crate::stats::median(&mut known).unwrap_or(0.0);
         let mut best: Option<(f64, usize)> = None;
         for h in 0..hosts.len() {
-            others.clear();
-            others.extend(
-                v.iter()
-                    .enumerate()
-                    .filter(|(j, x)| *j != h && x.is_finite())
-                    .map(|(_, x)| *x),
-            );
-            let med = crate::stats::median(&mut others).unwrap_or(0.0);
             let hot = v[h] >= cfg.threshold && v[h] >= cfg.stand_out * med;
             run[h] = if hot { run[h] + 1 } else { 0 };
             if run[h] >= cfg.hold && best.is_none_or(|(b, _)| v[h] > b) {

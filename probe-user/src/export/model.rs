@@ -91,5 +91,40 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         "probe_throughput_forecast_bytes_per_second",
         "The bytes per second (both directions) the model expects at the horizon",
         series(|f| f.throughput_forecast_bytes_per_s, false),
+    )?;
+    job(s, enc)
+}
+
+/// The job's early warning (`--job-model`): this host's score, its threshold, and the
+/// job's slowdown probability per horizon; nothing while the host has no job peer.
+fn job(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    let j = s.job.as_ref().filter(|j| j.model.is_some());
+    gauge(
+        enc,
+        "probe_job_warning_score",
+        "The job warning's score of this host: how likely an episode that slows the training job is building here (ProbeJobSlowdownForecast fires when one host's stands out)",
+        j.and_then(|j| j.warning_score).map(|v| (vec![], v)),
+    )?;
+    gauge(
+        enc,
+        "probe_job_warning_threshold",
+        "The score the warning holds a host against (chosen in training for 1 false warning per calm job-hour)",
+        j.and_then(|j| j.warning_threshold).map(|v| (vec![], v)),
+    )?;
+    gauge(
+        enc,
+        "probe_job_slowdown_probability",
+        "The model's probability that the training job's iteration slows >= 1.2x within the horizon, from this host's view",
+        j.into_iter().flat_map(|j| {
+            j.slowdown_probability
+                .iter()
+                .map(|(h, p)| (l(&[("horizon", h)]), *p))
+        }),
+    )?;
+    gauge(
+        enc,
+        "probe_job_peers",
+        "Peers this host exchanges the job's traffic with this tick (those with one of its sockets)",
+        j.map(|j| (vec![], j.peers as f64)),
     )
 }

@@ -357,11 +357,7 @@ impl JobFeatures {
         self.ticks += 1;
         if peers > 0 {
             self.bytes.push_back((now, bytes));
-            while self
-                .bytes
-                .front()
-                .is_some_and(|(t, _)| now - t >= TREND_S)
-            {
+            while self.bytes.front().is_some_and(|(t, _)| now - t >= TREND_S) {
                 self.bytes.pop_front();
             }
             self.scratch_bytes.clear();

@@ -2,6 +2,7 @@
 //! the directory format `probe train` writes and `probe run --model` reads (docs/model.md).
 pub mod alarm;
 pub mod bundle;
+pub mod job;
 pub mod lgbm;
 pub mod score;
 

@@ -1,7 +1,7 @@
 //! The stages of a tick, in the order they run: collect (`collect`, async because it talks
 //! to the kernel) reads every source, then
 //!
-//! observe -> features -> model -> fold
+//! observe -> features -> model -> job -> fold
 //!
 //! each take what they need from the tick's snapshot and put their product into it (the
 //! adapters in `stages`); export reads the result. Adding a stage: a type with a method that
@@ -30,6 +30,19 @@ pub struct Pipeline {
     totals: Vec<StageTime>,
 }
 
+/// The job models of `--job-model`, checked at start (`run::main`): a model that went bad
+/// since is said once and the job goes unscored.
+fn job_model(cfg: &Config) -> Option<model::job::JobModel> {
+    let dir = cfg.job_model.as_deref()?;
+    match model::job::JobModel::load(dir) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!("the job models do not load, the job goes unscored: {e:#}");
+            None
+        }
+    }
+}
+
 impl Pipeline {
     /// `model`: where the serving spike model sits (SIGHUP replaces it).
     pub fn new(cfg: &Config, model: model::score::Slot) -> Self {
@@ -38,6 +51,7 @@ impl Pipeline {
                 Box::new(observe::Observe::default()),
                 Box::new(features::Features::new(cfg.features.clone())),
                 Box::new(model::score::Model::new(model)),
+                Box::new(model::job::Job::new(job_model(cfg))),
                 Box::new(fold::Fold::new(cfg)),
             ],
             totals: Vec::new(),

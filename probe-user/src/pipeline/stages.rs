@@ -2,7 +2,11 @@
 //! goes. The stages themselves know nothing of the snapshot.
 use super::Stage;
 use crate::{
-    features::Features, fold::Fold, model::score::Model, observe::Observe, snapshot::Snapshot,
+    features::Features,
+    fold::Fold,
+    model::{job::Job, score::Model},
+    observe::Observe,
+    snapshot::Snapshot,
 };
 
 impl Stage for Observe {
@@ -43,6 +47,17 @@ impl Stage for Model {
             snap.model_entities = s.entities;
             snap.model_seconds = s.seconds;
         }
+    }
+}
+
+impl Stage for Job {
+    fn name(&self) -> &'static str {
+        "job"
+    }
+
+    fn run(&mut self, snap: &mut Snapshot) {
+        let r = &snap.readings;
+        snap.job = self.tick(r.time_unix, &snap.observations, &r.burst_events);
     }
 }
 

@@ -231,7 +231,11 @@ fn kinds(v: &[RunVerdict]) -> String {
     let mut s = String::from("| onset | kind | slowed the job | warned before | right host | named within 10 s |\n|---|---|---|---|---|---|\n");
     for ((abrupt, kind), c) in by {
         let onset = if abrupt { "abrupt" } else { "gradual" };
-        let _ = writeln!(s, "| {onset} | {kind} | {} | {} | {} | {} |", c[0], c[1], c[2], c[3]);
+        let _ = writeln!(
+            s,
+            "| {onset} | {kind} | {} | {} | {} | {} |",
+            c[0], c[1], c[2], c[3]
+        );
     }
     s
 }
@@ -431,7 +435,10 @@ pub fn main(args: &TrainArgs) -> Result<()> {
             }),
         );
     }
-    writeln!(report, "\n### The model's warning by episode kind (held out)\n\n{by_kind}")?;
+    writeln!(
+        report,
+        "\n### The model's warning by episode kind (held out)\n\n{by_kind}"
+    )?;
     let manifest = json!({
         "name": args.name,
         "features": fj::names(),
