@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         cli::Command::Run(args) => run::main(args),
         cli::Command::Record(args) => record::main(args),
         cli::Command::Top(args) => top::main(args),
+        cli::Command::Features(args) if args.job => dataset::job_main(args),
         cli::Command::Features(args) => dataset::main(args),
         cli::Command::Train(args) => train::main(args),
         cli::Command::Eval(args) => eval::main(args),

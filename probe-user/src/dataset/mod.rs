@@ -467,10 +467,6 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         }
     }
     let (fcfg, lcfg) = configs(&args)?;
-    if args.job {
-        let out = args.out.as_deref().expect("clap requires --out with --job");
-        return job::main(&args.data, out, &lcfg.horizons);
-    }
     let numeric = columns(&fcfg, &lcfg);
     let keep = Keep {
         kinds: args.kinds.clone(),
@@ -553,6 +549,22 @@ pub fn main(args: FeaturesArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `probe features --job` (per-rank lab runs into a job table).
+pub fn job_main(args: FeaturesArgs) -> Result<()> {
+    if let Some(out) = args.out.as_ref().filter(|o| o.exists() && !args.force) {
+        bail!(
+            "{} exists; choose another --out or pass --force to overwrite it",
+            out.display()
+        );
+    }
+    let (_, lcfg) = configs(&args)?;
+    let out = args
+        .out
+        .as_deref()
+        .context("--job writes a table: give --out")?;
+    job::main(&args.data, out, &lcfg.horizons)
 }
 
 fn label_list(d: &[Duration]) -> String {

@@ -305,121 +305,102 @@ fn load(paths: &[std::path::PathBuf], what: &str) -> Result<Vec<Run>> {
         .collect()
 }
 
-pub fn main(args: &TrainArgs) -> Result<()> {
-    let out = &args.out;
-    if out.join("job.json").exists() && !args.force {
-        bail!(
-            "{} holds a job model; pass --force to overwrite it",
-            out.display()
-        );
-    }
-    let train = load(&args.data, "training (--data)")?;
-    let held = load(&args.heldout, "held-out (--heldout)")?;
-    let trows: Vec<Rows> = train.iter().map(rows_of).collect();
-    let hrows: Vec<Rows> = held.iter().map(rows_of).collect();
-    let names = targets();
-    let culprit = names.len() - 1;
-    let mut report = String::new();
-    let hall: Vec<usize> = (0..held.len()).collect();
-    let mut models = serde_json::Map::new();
-    let mut refused = serde_json::Map::new();
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut warning = None;
-    writeln!(
-        report,
-        "# The job's early warning: {} training runs, {} held out\n",
-        train.len(),
-        held.len()
-    )?;
-    for (k, target) in names.iter().enumerate() {
-        // Out of fold on the training runs, by run.
-        let mut oof: Vec<Vec<f64>> = trows.iter().map(|r| vec![f64::NAN; r.host.len()]).collect();
-        for f in 0..FOLDS {
-            let fit_on: Vec<&Rows> = trows
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % FOLDS != f)
-                .map(|(_, r)| r)
-                .collect();
-            let (_, m) = fit(&fit_on, k, args).with_context(|| format!("{target}, fold {f}"))?;
-            for (i, r) in trows.iter().enumerate().filter(|(i, _)| i % FOLDS == f) {
-                oof[i] = score(&m, r);
-            }
-        }
-        let all: Vec<&Rows> = trows.iter().collect();
-        let (text, m) = fit(&all, k, args).with_context(|| target.clone())?;
-        let file = format!("job-{}.txt", target.replace('_', "-"));
-        let _ = std::fs::remove_file(out.join(&file));
-        let hs: Vec<Vec<f64>> = hrows.iter().map(|r| score(&m, r)).collect();
-        // Ranking: PR-AUC on held-out rows, against each baseline, paired by run.
-        let base: Vec<(&str, Vec<Vec<f64>>)> = BASELINES
+/// Out-of-fold scores of target `k` on the training runs, folds by run.
+fn out_of_fold(trows: &[Rows], k: usize, args: &TrainArgs, target: &str) -> Result<Vec<Vec<f64>>> {
+    let mut oof: Vec<Vec<f64>> = trows.iter().map(|r| vec![f64::NAN; r.host.len()]).collect();
+    for f in 0..FOLDS {
+        let fit_on: Vec<&Rows> = trows
             .iter()
-            .map(|b| (*b, feature_scores(&hrows, b)))
+            .enumerate()
+            .filter(|(i, _)| i % FOLDS != f)
+            .map(|(_, r)| r)
             .collect();
-        let boot = metrics::bootstrap(held.len(), REPS, SEED, |d| {
-            let m = pr_auc(&hrows, &hs, k, d)?;
-            let mut v = vec![m];
-            for (_, b) in &base {
-                v.push(m - pr_auc(&hrows, b, k, d)?);
-            }
-            Some(v)
-        });
-        let col = |j: usize| boot.iter().map(|v| v[j]).collect::<Vec<f64>>();
-        let ap = pr_auc(&hrows, &hs, k, &hall).unwrap_or(f64::NAN);
-        let pos = {
-            let (mut n, mut p) = (0usize, 0usize);
-            for r in &hrows {
-                for l in &r.labels {
-                    if l[k].is_finite() {
-                        n += 1;
-                        p += (l[k] > 0.5) as usize;
-                    }
+        let (_, m) = fit(&fit_on, k, args).with_context(|| format!("{target}, fold {f}"))?;
+        for (i, r) in trows.iter().enumerate().filter(|(i, _)| i % FOLDS == f) {
+            oof[i] = score(&m, r);
+        }
+    }
+    Ok(oof)
+}
+
+/// Held-out PR-AUC of target `k`'s scores `hs` against each baseline, paired by run, into
+/// the report; and whether it beats every baseline outside the interval.
+fn ranking(
+    hrows: &[Rows],
+    hs: &[Vec<f64>],
+    k: usize,
+    target: &str,
+    report: &mut String,
+) -> Result<(f64, bool)> {
+    let hall: Vec<usize> = (0..hrows.len()).collect();
+    // Ranking: PR-AUC on held-out rows, against each baseline, paired by run.
+    let base: Vec<(&str, Vec<Vec<f64>>)> = BASELINES
+        .iter()
+        .map(|b| (*b, feature_scores(hrows, b)))
+        .collect();
+    let boot = metrics::bootstrap(hrows.len(), REPS, SEED, |d| {
+        let m = pr_auc(hrows, hs, k, d)?;
+        let mut v = vec![m];
+        for (_, b) in &base {
+            v.push(m - pr_auc(hrows, b, k, d)?);
+        }
+        Some(v)
+    });
+    let col = |j: usize| boot.iter().map(|v| v[j]).collect::<Vec<f64>>();
+    let ap = pr_auc(hrows, hs, k, &hall).unwrap_or(f64::NAN);
+    let pos = {
+        let (mut n, mut p) = (0usize, 0usize);
+        for r in hrows {
+            for l in &r.labels {
+                if l[k].is_finite() {
+                    n += 1;
+                    p += (l[k] > 0.5) as usize;
                 }
             }
-            p as f64 / n.max(1) as f64
-        };
-        writeln!(
-            report,
-            "## {target}\n\nheld-out PR-AUC {} (always-alarm {pos:.3})",
-            with_ci(ap, &col(0))
-        )?;
-        let mut beats = true;
-        for (j, (b, bs)) in base.iter().enumerate() {
-            let d = ap - pr_auc(&hrows, bs, k, &hall).unwrap_or(f64::NAN);
-            let ci = metrics::interval(&col(j + 1), 0.95);
-            beats &= ci.is_some_and(|(lo, _)| lo > 0.0);
-            writeln!(report, "- minus {b}: {}", with_ci(d, &col(j + 1)))?;
         }
-        // A model that does not beat every baseline outside the interval is not shipped
-        // (unless --no-gate): the daemon exports only the models in `models`.
-        let entry = json!({"file": file, "heldout_pr_auc": ap, "beats_baselines": beats});
-        if beats || args.no_gate {
-            std::fs::write(out.join(&file), &text)?;
-            models.insert(target.clone(), entry);
-        } else if k == culprit {
-            bail!("the warning's model (culprit) does not beat every baseline on the held-out runs (PR-AUC {ap:.3}); nothing written (--no-gate writes it anyway)");
-        } else {
-            writeln!(
-                report,
-                "Not shipped: it does not beat every baseline outside the interval."
-            )?;
-            refused.insert(target.clone(), entry);
-        }
-        if k == culprit {
-            warning = Some((oof, hs));
-        }
-        writeln!(report)?;
-        eprintln!("train: {target}: held-out PR-AUC {ap:.3}");
+        p as f64 / n.max(1) as f64
+    };
+    writeln!(
+        report,
+        "## {target}\n\nheld-out PR-AUC {} (always-alarm {pos:.3})",
+        with_ci(ap, &col(0))
+    )?;
+    let mut beats = true;
+    for (j, (b, bs)) in base.iter().enumerate() {
+        let d = ap - pr_auc(hrows, bs, k, &hall).unwrap_or(f64::NAN);
+        let ci = metrics::interval(&col(j + 1), 0.95);
+        beats &= ci.is_some_and(|(lo, _)| lo > 0.0);
+        writeln!(report, "- minus {b}: {}", with_ci(d, &col(j + 1)))?;
     }
-    // The warning: the culprit model's score under the rule, threshold from out of fold.
-    let (oof, hs) = warning.expect("the culprit target is last");
-    let (shape, thr, shapes) = choose(&train, &trows, &oof);
+    Ok((ap, beats))
+}
+
+type Split<'a> = (&'a [Run], &'a [Rows]);
+/// The rule's shape, the model's threshold, the held-out figures.
+type Warning = (
+    (f64, usize),
+    f64,
+    serde_json::Map<String, serde_json::Value>,
+);
+
+/// The warning (the culprit model's scores under the rule) and the baselines under the same
+/// rule, each with its threshold from the training runs, judged on the held-out runs into
+/// the report. Returns the rule's shape, the model's threshold and the figures.
+fn judge_warning(
+    (train, trows): Split,
+    (held, hrows): Split,
+    oof: &[Vec<f64>],
+    hs: Vec<Vec<f64>>,
+    report: &mut String,
+) -> Result<Warning> {
+    let hall: Vec<usize> = (0..held.len()).collect();
+    let (shape, thr, shapes) = choose(train, trows, oof);
     let (stand_out, hold) = shape;
     let mut scorers: Vec<(String, f64, Vec<Vec<f64>>)> = vec![("model (culprit)".into(), thr, hs)];
     for b in BASELINES {
-        let tb = feature_scores(&trows, b);
-        let t = threshold(&train, &trows, &tb, shape);
-        scorers.push(((*b).into(), t, feature_scores(&hrows, b)));
+        let tb = feature_scores(trows, b);
+        let t = threshold(train, trows, &tb, shape);
+        scorers.push(((*b).into(), t, feature_scores(hrows, b)));
     }
     writeln!(
         report,
@@ -434,7 +415,7 @@ pub fn main(args: &TrainArgs) -> Result<()> {
     let mut figures_json = serde_json::Map::new();
     let mut by_kind = String::new();
     for (n, (name, t, s)) in scorers.iter().enumerate() {
-        let v = verdicts(&held, &hrows, s, rule(shape, *t));
+        let v = verdicts(held, hrows, s, rule(shape, *t));
         if n == 0 {
             by_kind = kinds(&v);
         }
@@ -478,6 +459,67 @@ pub fn main(args: &TrainArgs) -> Result<()> {
         report,
         "\n### The model's warning by episode kind (held out)\n\n{by_kind}"
     )?;
+    Ok((shape, thr, figures_json))
+}
+
+pub fn main(args: &TrainArgs) -> Result<()> {
+    let out = &args.out;
+    if out.join("job.json").exists() && !args.force {
+        bail!(
+            "{} holds a job model; pass --force to overwrite it",
+            out.display()
+        );
+    }
+    let train = load(&args.data, "training (--data)")?;
+    let held = load(&args.heldout, "held-out (--heldout)")?;
+    let trows: Vec<Rows> = train.iter().map(rows_of).collect();
+    let hrows: Vec<Rows> = held.iter().map(rows_of).collect();
+    let names = targets();
+    let culprit = names.len() - 1;
+    let mut report = String::new();
+    let mut models = serde_json::Map::new();
+    let mut refused = serde_json::Map::new();
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut warning = None;
+    writeln!(
+        report,
+        "# The job's early warning: {} training runs, {} held out\n",
+        train.len(),
+        held.len()
+    )?;
+    for (k, target) in names.iter().enumerate() {
+        let oof = out_of_fold(&trows, k, args, target)?;
+        let all: Vec<&Rows> = trows.iter().collect();
+        let (text, m) = fit(&all, k, args).with_context(|| target.clone())?;
+        let file = format!("job-{}.txt", target.replace('_', "-"));
+        let _ = std::fs::remove_file(out.join(&file));
+        let hs: Vec<Vec<f64>> = hrows.iter().map(|r| score(&m, r)).collect();
+        let (ap, beats) = ranking(&hrows, &hs, k, target, &mut report)?;
+        // A model that does not beat every baseline outside the interval is not shipped
+        // (unless --no-gate): the daemon exports only the models in `models`.
+        let entry = json!({"file": file, "heldout_pr_auc": ap, "beats_baselines": beats});
+        if beats || args.no_gate {
+            std::fs::write(out.join(&file), &text)?;
+            models.insert(target.clone(), entry);
+        } else if k == culprit {
+            bail!("the warning's model (culprit) does not beat every baseline on the held-out runs (PR-AUC {ap:.3}); nothing written (--no-gate writes it anyway)");
+        } else {
+            writeln!(
+                report,
+                "Not shipped: it does not beat every baseline outside the interval."
+            )?;
+            refused.insert(target.clone(), entry);
+        }
+        if k == culprit {
+            warning = Some((oof, hs));
+        }
+        writeln!(report)?;
+        eprintln!("train: {target}: held-out PR-AUC {ap:.3}");
+    }
+    // The warning: the culprit model's score under the rule, threshold from out of fold.
+    let (oof, hs) = warning.expect("the culprit target is last");
+    let ((stand_out, hold), thr, figures_json) =
+        judge_warning((&train, &trows), (&held, &hrows), &oof, hs, &mut report)?;
     let manifest = json!({
         "name": args.name,
         "features": fj::names(),
