@@ -21,6 +21,7 @@ mod build;
 mod dist;
 mod fuzz;
 mod job_corpus;
+mod job_model;
 mod lab;
 mod model;
 mod setup;
@@ -56,6 +57,9 @@ enum Command {
     /// Records the job's corpus (one probe per rank, needs root; hours, resumable) and packs
     /// it into xtask/job-corpus/.
     JobCorpus(job_corpus::JobCorpusArgs),
+    /// Rebuilds the shipped job early-warning model (probe-user/job-model/) from
+    /// xtask/job-corpus/; --check compares the rebuild with it byte for byte.
+    JobModel(job_model::JobModelArgs),
     /// Builds the static release binary (x86_64 musl, stripped, at most 15 MB), its sha256
     /// and the Debian package (that binary, hardened unit, default config) into target/dist.
     Dist(dist::DistArgs),
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab::run(args),
         Command::Model(args) => model::run(args),
         Command::JobCorpus(args) => job_corpus::run(args),
+        Command::JobModel(args) => job_model::run(args),
         Command::Dist(args) => dist::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Soak(args) => soak::run(args),

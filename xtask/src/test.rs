@@ -224,6 +224,10 @@ pub fn run(args: TestArgs) -> Result<()> {
         let mut model = Command::new(std::env::current_exe()?);
         model.args(["model", "--check", "--probe"]).arg(&probe);
         steps.push(step("built-in model rebuild", model));
+        // And the job corpus the job's early-warning model.
+        let mut job = Command::new(std::env::current_exe()?);
+        job.args(["job-model", "--check", "--probe"]).arg(&probe);
+        steps.push(step("job model rebuild", job));
     }
     if !args.quick {
         let mut cmd = lint.cargo(&[
