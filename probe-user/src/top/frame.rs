@@ -122,6 +122,8 @@ pub struct Frame {
     pub probe: SelfRow,
     /// Rates came from the daemon (`observations`) rather than from two snapshots here.
     pub daemon_rates: bool,
+    /// The host's job view: its peers, the warning's score and threshold.
+    pub job: Option<super::model::Job>,
 }
 
 /// Per-second rate of a cumulative counter; None without a previous value or across a
@@ -159,6 +161,7 @@ pub fn build(now: &Snapshot, prev: Option<&Snapshot>) -> Frame {
         rdma: rdma(now),
         probe: probe_self(now, prev, dt),
         daemon_rates: !now.observations.is_empty(),
+        job: now.job.clone(),
     }
 }
 

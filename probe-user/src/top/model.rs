@@ -92,6 +92,17 @@ pub struct Snapshot {
     /// The daemon's own resource use (proposed; absent from today's daemons).
     #[serde(deserialize_with = "lenient")]
     pub process: Option<Process>,
+    /// The host's view of its training job (`--job-model`); absent without job peers.
+    #[serde(deserialize_with = "lenient")]
+    pub job: Option<Job>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Job {
+    pub peers: u64,
+    pub warning_score: Option<f64>,
+    pub warning_threshold: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

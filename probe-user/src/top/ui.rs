@@ -90,6 +90,9 @@ pub fn self_lines(fr: &Frame) -> Vec<String> {
             .collect();
         v.push(format!("tick {}", t.join("  ")));
     }
+    if let Some(j) = &fr.job {
+        v.push(job_line(j));
+    }
     let full: Vec<String> = p.map_full.iter().map(|(m, n)| format!("{m}={n}")).collect();
     v.push(format!(
         "map full {}",
@@ -100,6 +103,17 @@ pub fn self_lines(fr: &Frame) -> Vec<String> {
         }
     ));
     v
+}
+
+/// The host's own early warning: its score against its threshold (the alert also needs the
+/// host to stand out against the job's others, which only Prometheus sees).
+fn job_line(j: &super::model::Job) -> String {
+    let score = match (j.warning_score, j.warning_threshold) {
+        (Some(s), Some(t)) if s >= t => format!("warning {s:.2} >= {t:.2} WARNING"),
+        (Some(s), Some(t)) => format!("warning {s:.2} < {t:.2}"),
+        _ => "no job model".to_string(),
+    };
+    format!("job peers {}  {score}", j.peers)
 }
 
 fn block(title: &str) -> Block<'_> {
@@ -386,7 +400,8 @@ mod tests {
                       {"peer": "fd00:231:1::2", "srtt_seconds": 0.0001}],
             "qdiscs": [{"iface": "eth0", "kind": "tbf", "handle": "1:", "backlog_bytes": 1000}],
             "rdma": {"ports": [{"device": "mlx5_0", "port": 1, "rates": {"cnp_sent": 5.0}}]},
-            "hooks": [{"hook": "tc", "attached": true}, {"hook": "sock_ops", "attached": false}]
+            "hooks": [{"hook": "tc", "attached": true}, {"hook": "sock_ops", "attached": false}],
+            "job": {"peers": 3, "warning_score": 0.81, "warning_threshold": 0.68}
         }))
         .unwrap();
         a.on_snapshot(s);
@@ -433,6 +448,7 @@ mod tests {
             "eth0/tbf/1:",
             "mlx5_0/1",
             "hooks 1/2",
+            "job peers 3  warning 0.81 >= 0.68 WARNING",
         ] {
             assert!(s.contains(want), "{want} missing:\n{s}");
         }
