@@ -1,22 +1,23 @@
-//! The job's early warning live: probe in namespace B with the shipped job model
-//! (probe-user/job-model/), iperf3 both ways with A. The job's peers are the remote
-//! addresses of B's established sockets as `ss` shows them, read just before and just after
-//! the scrape; the threshold is the shipped model's (its job.json); the score is a
-//! probability. A damaged job model is one clear line before anything starts.
+//! The job's early warning live: namespace A runs two iperf3 clients to two addresses of B,
+//! one inside a cgroup the test makes (the job), one outside it; probe runs in A scoped to
+//! that cgroup with the shipped job model (probe-user/job-model/). The job's peers are the
+//! remote addresses of the cgroup's established sockets (`ss` in A towards each address,
+//! both clients connected), not the other client's; the threshold is the shipped model's (its
+//! job.json); the score is a probability. A damaged job model is one clear line before
+//! anything starts.
 use std::{
-    collections::BTreeSet,
-    net::IpAddr,
+    net::{IpAddr, Ipv4Addr},
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
 };
 
 use probe_tests::{
-    cmd,
-    iperf::{Client, ClientOpts, Server},
-    kernel,
+    cgroup::TestCgroup,
+    cmd, iperf,
     probe::{self, assert_cli_error, run_to_exit},
-    Netns, Pair, Probe, ProbeOpts,
+    process::Child,
+    Pair, Probe, ProbeOpts,
 };
 
 const SUBNET: u8 = 141;
@@ -25,46 +26,68 @@ fn shipped() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe-user/job-model")
 }
 
-/// The remote addresses of `ns`'s established TCP connections, loopback left out (the
-/// test's own scrapes).
-fn ss_peers(ns: &Netns) -> BTreeSet<IpAddr> {
-    kernel::ss_tcp(ns)
-        .unwrap()
-        .iter()
-        .filter(|c| c.state == "ESTAB" && !c.peer.ip().is_loopback())
-        .map(|c| c.peer.ip())
-        .collect()
+/// Established connections in A towards `dst`.
+fn established_to(pair: &Pair, dst: Ipv4Addr) -> usize {
+    let out = probe_tests::kernel::ss_established_to(&pair.a, dst.into()).unwrap();
+    out.lines().filter(|l| !l.trim().is_empty()).count()
 }
 
 #[test]
-fn the_job_is_the_peers_of_the_hosts_sockets_and_its_warning_is_scored() {
-    cmd::require_root_and(&["ip", "iperf3", "ss"]);
+fn the_job_is_the_peers_of_its_cgroups_sockets_and_its_warning_is_scored() {
+    cmd::require_root_and(&["ip", "nsenter", "iperf3", "ss"]);
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(shipped().join("job.json")).unwrap())
             .unwrap();
     let threshold = manifest["warning"]["threshold"].as_f64().unwrap();
     let pair = Pair::new(SUBNET).unwrap();
-    let (a, b) = (IpAddr::V4(pair.ip_a), IpAddr::V4(pair.ip_b));
-    let _server_b = Server::start(&pair.b, b, 5201).unwrap();
-    let _server_a = Server::start(&pair.a, a, 5202).unwrap();
-    let mut opts = ProbeOpts::iface(&pair.veth_b).tick("500ms");
-    opts.extra = vec!["--job-model".into(), shipped().display().to_string()];
-    let probe = Probe::start(&pair.b, opts);
+    let (inside, outside) = (pair.ip_b, Ipv4Addr::new(10, 231, SUBNET, 3));
+    pair.add_b_addresses(&[outside]).unwrap();
+    let _s1 = iperf::Server::start(&pair.b, IpAddr::V4(inside), 5201).unwrap();
+    let _s2 = iperf::Server::start(&pair.b, IpAddr::V4(outside), 5202).unwrap();
+    let cg = TestCgroup::new("job");
+    let mut opts = ProbeOpts::iface(&pair.veth_a).tick("500ms");
+    opts.extra = vec![
+        "--cgroup".into(),
+        cg.dir.display().to_string(),
+        "--job-model".into(),
+        shipped().display().to_string(),
+    ];
+    let probe = Probe::start(&pair.a, opts);
     probe.wait_ticks(1);
-    let _to_b = Client::start(&pair.a, b, 5201, &ClientOpts::tcp(20)).unwrap();
-    let _to_a = Client::start(&pair.b, a, 5202, &ClientOpts::tcp(20)).unwrap();
+    let net = format!("--net={}", pair.a.path());
+    let (i, o) = (inside.to_string(), outside.to_string());
+    let iperf = |addr: &str, port: &str| {
+        vec!["iperf3", "-c", addr, "-p", port, "-t", "8", "-b", "50M"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let job_argv: Vec<String> = ["nsenter".to_string(), net]
+        .into_iter()
+        .chain(iperf(&i, "5201"))
+        .collect();
+    let job_argv: Vec<&str> = job_argv.iter().map(String::as_str).collect();
+    let mut c1 = Child::spawn("iperf3 -c (the job)", &mut cg.command(&job_argv)).unwrap();
+    let other: Vec<String> = iperf(&o, "5202");
+    let other: Vec<&str> = other.iter().map(String::as_str).collect();
+    let mut c2 = Child::spawn("iperf3 -c (outside)", &mut pair.a.command(&other)).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     probe.wait_ticks(2);
-    let before = ss_peers(&pair.b);
     let m = probe.metrics();
-    let after = ss_peers(&pair.b);
-    eprintln!("ss in B: established to {before:?} before the scrape, {after:?} after");
-    assert_eq!(before, BTreeSet::from([a]), "B's connections are to A only");
-    let peers = m.get("probe_job_peers", &[]).unwrap();
+    let (n_in, n_out) = (
+        established_to(&pair, inside),
+        established_to(&pair, outside),
+    );
+    let _ = (
+        c1.wait_timeout(Duration::from_secs(20)),
+        c2.wait_timeout(Duration::from_secs(20)),
+    );
+    eprintln!("ss in A: {n_in} connections to {inside} (the job's), {n_out} to {outside}");
+    assert!(n_in >= 2 && n_out >= 2, "both clients were connected");
     assert_eq!(
-        peers,
-        Some(before.len().min(after.len()) as f64),
-        "probe_job_peers against ss\n{}",
+        m.get("probe_job_peers", &[]).unwrap(),
+        Some(1.0),
+        "the job's one peer, not the other client's\n{}",
         probe.log_tail(20)
     );
     let t = m.get("probe_job_warning_threshold", &[]).unwrap();

@@ -14,39 +14,9 @@ use std::{
     time::Duration,
 };
 
-use probe_tests::{cmd, iperf, probe::probe_command, process::Child, Pair, Probe, ProbeOpts};
-
-/// A cgroup v2 directory of the test's, removed on drop (after killing what is left in it).
-struct TestCgroup {
-    dir: PathBuf,
-}
-
-impl TestCgroup {
-    fn new() -> TestCgroup {
-        let root = probe_tests::cgroup::cgroup2_mount().expect("a cgroup v2 mount");
-        let dir = root.join(format!("probe-test-scope-{}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap();
-        TestCgroup { dir }
-    }
-
-    /// `argv` run inside this cgroup.
-    fn command(&self, argv: &[&str]) -> Command {
-        probe_tests::cgroup::command_in(&self.dir, argv)
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("could not remove {}", self.dir.display());
-    }
-}
+use probe_tests::{
+    cgroup::TestCgroup, cmd, iperf, probe::probe_command, process::Child, Pair, Probe, ProbeOpts,
+};
 
 /// Established connections in A towards `dst` (the data and control connections of iperf3).
 fn established_to(pair: &Pair, dst: Ipv4Addr) -> usize {
@@ -62,7 +32,7 @@ fn a_scoped_probe_sees_its_cgroups_sockets_and_not_the_hosts() {
     pair.add_b_addresses(&[outside]).unwrap();
     let _s1 = iperf::Server::start(&pair.b, IpAddr::V4(inside), 5201).unwrap();
     let _s2 = iperf::Server::start(&pair.b, IpAddr::V4(outside), 5202).unwrap();
-    let cg = TestCgroup::new();
+    let cg = TestCgroup::new("scope");
     let dir = cg.dir.to_str().unwrap().to_owned();
 
     let mut opts = ProbeOpts::iface(&pair.veth_a).tick("500ms");
