@@ -9,8 +9,6 @@
 //! `probe_hook_attached` series to page on. A `--cgroup` that is not a cgroup is refused.
 use std::{
     net::{IpAddr, Ipv4Addr},
-    path::PathBuf,
-    process::Command,
     time::Duration,
 };
 
