@@ -23,8 +23,11 @@ const RECORD_S: u64 = 75;
 /// onset), and the last falls in the validation part of the time split (after 70%).
 const SPIKES_AT: [u64; 4] = [16, 30, 44, 58];
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("probe-model-{}", std::process::id()));
+/// A fresh directory of the test `what`'s own: the tests of this file run in parallel
+/// threads of one process, and a directory by pid alone was one test's to remove while the
+/// other wrote into it.
+fn dir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("probe-model-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -93,7 +96,7 @@ fn record(pair: &Pair, d: &Path) -> PathBuf {
 fn train_eval_serve_reload() {
     cmd::require_root_and(&["ip", "nsenter", "tc", "iperf3"]);
     let pair = Pair::new(87).unwrap();
-    let d = dir();
+    let d = dir("e2e");
     let rec = record(&pair, &d);
     let table = d.join("features.parquet");
     let model = d.join("model");
@@ -334,7 +337,7 @@ fn built_in_model_alarms_before_a_gradual_onset_and_not_when_calm() {
     let run = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join(SKILL_RUN);
-    let d = dir();
+    let d = dir("built-in");
     let table = d.join("features.parquet");
     let (report, alarms) = (d.join("report"), d.join("alarms.csv"));
     let s = |p: &Path| p.display().to_string();
