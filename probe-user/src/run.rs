@@ -36,9 +36,11 @@ pub fn main(args: RunArgs) -> Result<()> {
     let cfg = Config::resolve(&args)?;
     // A bad model is a configuration error: say so before touching the kernel.
     let model = model::load(cfg.model.as_deref(), &cfg.features)?;
-    if let Some(d) = &cfg.job_model {
-        model::job::JobModel::load(d)?;
-    }
+    let job_model = cfg
+        .job_model
+        .as_deref()
+        .map(model::job::JobModel::load)
+        .transpose()?;
     // So is a bad web config (a missing certificate, a password that is not a bcrypt hash).
     let web = match &cfg.web_config {
         Some(p) => WebConfig::load(p)?,
@@ -52,7 +54,8 @@ pub fn main(args: RunArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(daemon(cfg, web, Arc::new(Mutex::new(model.map(Arc::new)))))
+    let model = Arc::new(Mutex::new(model.map(Arc::new)));
+    rt.block_on(daemon(cfg, web, model, job_model))
 }
 
 /// One glibc malloc arena for the whole daemon. By default each thread that allocates gets
@@ -69,7 +72,12 @@ fn one_malloc_arena() {
     };
 }
 
-async fn daemon(cfg: Config, web: WebConfig, model: Slot) -> Result<()> {
+async fn daemon(
+    cfg: Config,
+    web: WebConfig,
+    model: Slot,
+    job_model: Option<model::job::JobModel>,
+) -> Result<()> {
     let listener = TcpListener::bind(cfg.listen).await.map_err(|e| {
         anyhow!(
             "cannot listen on {}: {e} (is another probe running? choose another address with --listen)",
@@ -108,6 +116,7 @@ async fn daemon(cfg: Config, web: WebConfig, model: Slot) -> Result<()> {
         &mut tc,
         &selected,
         model,
+        job_model,
     )
     .await;
     tc.detach_all(&mut loaded.ebpf);
@@ -125,6 +134,7 @@ async fn serve(
     tc: &mut TcAttacher,
     selected: &[iface::Iface],
     model: Slot,
+    job_model: Option<model::job::JobModel>,
 ) -> Result<()> {
     for i in selected {
         tc.attach(&mut loaded.ebpf, i)?;
@@ -142,7 +152,7 @@ async fn serve(
         &loaded.hooks,
         cfg,
     );
-    let mut pipeline = Pipeline::new(cfg, model.clone());
+    let mut pipeline = Pipeline::new(cfg, model.clone(), job_model);
 
     let latest = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
     let shared = Arc::new(Shared {

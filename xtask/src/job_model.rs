@@ -86,29 +86,12 @@ pub fn run(args: JobModelArgs) -> Result<()> {
         println!("job-model: {} written", out.display());
         return Ok(());
     }
-    let names = |d: &Path| -> Result<Vec<String>> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .with_context(|| format!("reading {}", d.display()))?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        Ok(v)
-    };
-    let (built, kept) = (names(&out)?, names(&shipped)?);
-    if built != kept {
-        bail!("the rebuilt job model has files {built:?}, the shipped one {kept:?}: run `cargo xtask job-model` and commit");
-    }
-    for n in &built {
-        let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-        if read(&out.join(n))? != read(&shipped.join(n))? {
-            bail!(
-                "{} differs from the shipped {}: the repository's job corpus no longer rebuilds the job model (run `cargo xtask job-model` and commit)",
-                out.join(n).display(),
-                shipped.join(n).display()
-            );
-        }
-    }
+    crate::model::same_dir(
+        &out,
+        &shipped,
+        "job model",
+        "run `cargo xtask job-model` and commit",
+    )?;
     println!(
         "job-model: the job corpus rebuilds {} byte for byte",
         SHIPPED

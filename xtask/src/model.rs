@@ -228,6 +228,22 @@ fn clear(dir: &Path, exts: &[&str], names: &[&str]) -> Result<()> {
 /// The rebuilt model and evaluation against the shipped ones: every model file (both ways:
 /// none missing, none extra) and results.json, byte for byte.
 fn same_files(model: &Path, shipped: &Path, report: &Path, shipped_report: &Path) -> Result<()> {
+    const FIX: &str = "run `cargo xtask model --no-lab` and commit";
+    let n = same_dir(model, shipped, "model", FIX)?;
+    same_file(
+        &report.join("results.json"),
+        &shipped_report.join("results.json"),
+        FIX,
+    )?;
+    println!(
+        "model: the corpus rebuilds the shipped model ({n} files) and its evaluation byte for byte"
+    );
+    Ok(())
+}
+
+/// A rebuilt directory against the shipped one: the same files (none missing, none extra),
+/// each byte for byte; `what` names it, `fix` says what to do. Returns how many files.
+pub fn same_dir(built: &Path, shipped: &Path, what: &str, fix: &str) -> Result<usize> {
     let names = |d: &Path| -> Result<Vec<String>> {
         let mut v: Vec<String> = std::fs::read_dir(d)
             .with_context(|| format!("reading {}", d.display()))?
@@ -237,34 +253,25 @@ fn same_files(model: &Path, shipped: &Path, report: &Path, shipped_report: &Path
         v.sort();
         Ok(v)
     };
-    let (built, kept) = (names(model)?, names(shipped)?);
-    if built != kept {
+    let (b, kept) = (names(built)?, names(shipped)?);
+    if b != kept {
+        bail!("the rebuilt {what} has files {b:?}, the shipped one {kept:?}: {fix}");
+    }
+    for n in &b {
+        same_file(&built.join(n), &shipped.join(n), fix)?;
+    }
+    Ok(b.len())
+}
+
+fn same_file(a: &Path, b: &Path, fix: &str) -> Result<()> {
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    if read(a)? != read(b)? {
         bail!(
-            "the rebuilt model has files {built:?}, the shipped one {kept:?}: run `cargo xtask model --no-lab` and commit"
+            "{} differs from the shipped {}: the repository's corpus no longer rebuilds it ({fix})",
+            a.display(),
+            b.display()
         );
     }
-    let mut pairs: Vec<(PathBuf, PathBuf)> = built
-        .iter()
-        .map(|n| (model.join(n), shipped.join(n)))
-        .collect();
-    pairs.push((
-        report.join("results.json"),
-        shipped_report.join("results.json"),
-    ));
-    for (a, b) in pairs {
-        let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-        if read(&a)? != read(&b)? {
-            bail!(
-                "{} differs from the shipped {}: the repository's corpus no longer rebuilds the built-in model (run `cargo xtask model --no-lab` and commit)",
-                a.display(),
-                b.display()
-            );
-        }
-    }
-    println!(
-        "model: the corpus rebuilds the shipped model ({} files) and its evaluation byte for byte",
-        built.len()
-    );
     Ok(())
 }
 

@@ -35,15 +35,7 @@ pub struct Lab {
     pub episodes: Vec<Episode>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-pub struct Episode {
-    pub kind: String,
-    pub onset: String,
-    pub t_start: f64,
-    pub t_end: f64,
-    #[serde(default)]
-    pub rank: Option<usize>,
-}
+pub use crate::dataset::job::Episode;
 
 /// `REC` is a `probe record` file or a lab run's directory (holding `recording.parquet`).
 pub fn resolve(rec: &Path) -> PathBuf {
@@ -176,16 +168,7 @@ fn read_lab(file: &Path, rank: usize) -> Result<Lab> {
             }
         }
     }
-    let mut episodes = Vec::new();
-    let gt = dir.join("ground_truth.jsonl");
-    if let Ok(text) = std::fs::read_to_string(&gt) {
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            episodes.push(
-                serde_json::from_str(line)
-                    .with_context(|| format!("a line of {} does not read", gt.display()))?,
-            );
-        }
-    }
+    let episodes = crate::dataset::job::ground_truth(dir)?;
     Ok(Lab {
         pattern: lab.pattern,
         ranks: lab.ranks,

@@ -23,11 +23,7 @@ use super::labels::{self, JobLog, LabelConfig};
 use crate::{
     features::job::{self as fj, JobFeatures, JobRow},
     observe::{spans::Span, Observation},
-    record::{
-        columns::{Cell, ColumnDef, Table, Type},
-        reader,
-        writer::RecordingWriter,
-    },
+    record::{reader, writer::RecordingWriter},
 };
 
 /// The job has slowed: its iteration period at least this times its calm level.
@@ -144,6 +140,21 @@ pub struct Episode {
     pub t_end: f64,
     #[serde(default)]
     pub rank: Option<usize>,
+}
+
+/// The episodes of a lab run's `ground_truth.jsonl` (none if it has none).
+pub fn ground_truth(dir: &Path) -> Result<Vec<Episode>> {
+    let gt = dir.join("ground_truth.jsonl");
+    let Ok(text) = std::fs::read_to_string(&gt) else {
+        return Ok(Vec::new());
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line)
+                .with_context(|| format!("a line of {} does not read", gt.display()))
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -266,16 +277,7 @@ impl Run {
             bail!("{}: no rank has a job peer", dir.display());
         }
         let pace = Pace::of(&log, from - 60.0, to + 60.0);
-        let mut episodes = Vec::new();
-        let gt = dir.join("ground_truth.jsonl");
-        if let Ok(text) = std::fs::read_to_string(&gt) {
-            for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                episodes.push(
-                    serde_json::from_str(line)
-                        .with_context(|| format!("a line of {} does not read", gt.display()))?,
-                );
-            }
-        }
+        let episodes = ground_truth(dir)?;
         Ok(Run {
             name: super::recording_name(&dir.join("recording.parquet")),
             hosts,
@@ -350,31 +352,6 @@ pub fn label_names(horizons: &[Duration]) -> Vec<String> {
     v
 }
 
-/// One output row.
-struct Out {
-    recording: String,
-    time_unix: f64,
-    entity: String,
-    values: Vec<f64>,
-}
-
-const KEYS: [(&str, Type); 4] = [
-    ("recording", Type::Str),
-    ("time_unix", Type::F64),
-    ("entity_kind", Type::Str),
-    ("entity", Type::Str),
-];
-
-fn cell(r: &Out, i: usize) -> Cell<'_> {
-    match i {
-        0 => Cell::Str(&r.recording),
-        1 => Cell::F64(Some(r.time_unix)),
-        2 => Cell::Str(fj::JOB),
-        3 => Cell::Str(&r.entity),
-        _ => Cell::F64(Some(r.values[i - KEYS.len()]).filter(|v| v.is_finite())),
-    }
-}
-
 /// The numeric columns: `rank`, `peers`, the job features, the labels.
 pub fn columns(horizons: &[Duration]) -> Vec<String> {
     let mut v = vec!["rank".to_string(), "peers".to_string()];
@@ -386,15 +363,6 @@ pub fn columns(horizons: &[Duration]) -> Vec<String> {
 /// `probe features --job`: the job table of the runs in `data` into `out`.
 pub fn main(data: &[PathBuf], out: &Path, horizons: &[Duration]) -> Result<()> {
     let numeric = columns(horizons);
-    let mut cols: Vec<ColumnDef> = KEYS
-        .iter()
-        .map(|(n, ty)| ColumnDef::new(*n, *ty, true))
-        .collect();
-    cols.extend(
-        numeric
-            .iter()
-            .map(|n| ColumnDef::new(n.clone(), Type::F64, false)),
-    );
     let meta = [
         (
             "probe.features.horizons",
@@ -407,15 +375,9 @@ pub fn main(data: &[PathBuf], out: &Path, horizons: &[Duration]) -> Result<()> {
         ("probe.features.job", "1".to_string()),
         ("probe.version", env!("CARGO_PKG_VERSION").to_string()),
     ];
-    let mut w = RecordingWriter::create(
-        out,
-        Table {
-            message: "probe_job_features",
-            columns: cols,
-            cell,
-        },
-        &meta,
-    )?;
+    // The features table's layout (keys, then numbers), so `probe train` and pandas read
+    // it as they read the per-entity tables.
+    let mut w = RecordingWriter::create(out, super::table(&numeric), &meta)?;
     let mut total = 0;
     for path in data {
         let run = Run::load(path).with_context(|| format!("reading {}", path.display()))?;
@@ -425,9 +387,10 @@ pub fn main(data: &[PathBuf], out: &Path, horizons: &[Duration]) -> Result<()> {
                 let mut values = vec![h.rank as f64, r.peers as f64];
                 values.extend(&r.values);
                 values.extend(run.labels(h.rank, r.time_unix, horizons));
-                rows.push(Out {
+                rows.push(super::Row {
                     recording: run.name.clone(),
                     time_unix: r.time_unix,
+                    entity_kind: fj::JOB,
                     entity: h.addr.clone(),
                     values,
                 });
@@ -448,7 +411,7 @@ pub fn main(data: &[PathBuf], out: &Path, horizons: &[Duration]) -> Result<()> {
     w.finish()?;
     eprintln!(
         "features: {total} job rows, {} columns -> {}",
-        numeric.len() + KEYS.len(),
+        numeric.len() + super::KEYS.len(),
         out.display()
     );
     Ok(())

@@ -98,7 +98,7 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
 /// The job's early warning (`--job-model`): this host's score, its threshold, and the
 /// job's slowdown probability per horizon; nothing while the host has no job peer.
 fn job(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-    let j = s.job.as_ref().filter(|j| j.model.is_some());
+    let j = s.job.as_ref();
     gauge(
         enc,
         "probe_job_warning_score",

@@ -209,12 +209,6 @@ pub struct TickSignals {
     pub bytes: [Option<f64>; 4],
 }
 
-/// The per-tick signals of one tick (NaN where not known), [`SIGNALS`] order.
-pub fn signals(obs: &[Observation], spans: &[Span]) -> (usize, Vec<f64>) {
-    let s = tick_signals(obs, spans);
-    (s.peers, s.values)
-}
-
 const JOB_BYTES: usize = 5;
 const FOREIGN_SHARE: usize = 6;
 const FOREIGN_TX: usize = 11;
@@ -521,7 +515,11 @@ mod tests {
             span("10.0.0.3", 50_000, 100, 75),
             span("10.0.0.9", 400_000, 1_000_000, 0),
         ];
-        let (n, x) = signals(&obs, &spans);
+        let TickSignals {
+            peers: n,
+            values: x,
+            ..
+        } = tick_signals(&obs, &spans);
         assert_eq!(n, 3, "the outsider has no job socket");
         assert_eq!(x[0], 0.004, "median srtt of the job's peers");
         assert_eq!(x[1], 0.010, "its largest, the outsider's 50 ms left out");

@@ -119,7 +119,8 @@ pub struct JobScores {
     pub model: Option<String>,
 }
 
-/// The job stage's state.
+/// The job stage's state: nothing to do without `--job-model` (the job's row has no other
+/// reader in the daemon).
 #[derive(Default)]
 pub struct Job {
     features: JobFeatures,
@@ -134,35 +135,31 @@ impl Job {
         }
     }
 
-    /// The job row of this tick, scored; None when the host has no job peer this tick.
+    /// The job row of this tick, scored; None without a model or a job peer this tick.
     pub fn tick(
         &mut self,
         now: f64,
         obs: &[Observation],
         bursts: &TickBursts,
     ) -> Option<JobScores> {
+        let m = self.model.as_ref()?;
         let spans = spans::spans(bursts);
         let row = self.features.tick(now, obs, &spans)?;
-        Some(score(self.model.as_ref(), &row))
+        Some(score(m, &row))
     }
 }
 
-fn score(model: Option<&JobModel>, row: &JobRow) -> JobScores {
-    let mut s = JobScores {
+/// Scored from the first tick, calm levels unknown (NaN) for a minute: as trained.
+fn score(m: &JobModel, row: &JobRow) -> JobScores {
+    JobScores {
         peers: row.peers,
-        ..JobScores::default()
-    };
-    let Some(m) = model else {
-        return s;
-    };
-    s.model = Some(m.name.clone());
-    // Scored from the first tick, calm levels unknown (NaN) for a minute: as trained.
-    s.warning_score = Some(m.warning.predict(&row.values));
-    s.warning_threshold = Some(m.threshold);
-    s.slowdown_probability = m
-        .slows
-        .iter()
-        .map(|(h, b)| (h.clone(), b.predict(&row.values)))
-        .collect();
-    s
+        warning_score: Some(m.warning.predict(&row.values)),
+        warning_threshold: Some(m.threshold),
+        slowdown_probability: m
+            .slows
+            .iter()
+            .map(|(h, b)| (h.clone(), b.predict(&row.values)))
+            .collect(),
+        model: Some(m.name.clone()),
+    }
 }

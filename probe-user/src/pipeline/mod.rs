@@ -30,28 +30,20 @@ pub struct Pipeline {
     totals: Vec<StageTime>,
 }
 
-/// The job models of `--job-model`, checked at start (`run::main`): a model that went bad
-/// since is said once and the job goes unscored.
-fn job_model(cfg: &Config) -> Option<model::job::JobModel> {
-    let dir = cfg.job_model.as_deref()?;
-    match model::job::JobModel::load(dir) {
-        Ok(m) => Some(m),
-        Err(e) => {
-            tracing::warn!("the job models do not load, the job goes unscored: {e:#}");
-            None
-        }
-    }
-}
-
 impl Pipeline {
-    /// `model`: where the serving spike model sits (SIGHUP replaces it).
-    pub fn new(cfg: &Config, model: model::score::Slot) -> Self {
+    /// `model`: where the serving spike model sits (SIGHUP replaces it); `job_model`: the
+    /// job's early-warning models (`--job-model`), loaded and checked at start.
+    pub fn new(
+        cfg: &Config,
+        model: model::score::Slot,
+        job_model: Option<model::job::JobModel>,
+    ) -> Self {
         Self {
             stages: vec![
                 Box::new(observe::Observe::default()),
                 Box::new(features::Features::new(cfg.features.clone())),
                 Box::new(model::score::Model::new(model)),
-                Box::new(model::job::Job::new(job_model(cfg))),
+                Box::new(model::job::Job::new(job_model)),
                 Box::new(fold::Fold::new(cfg)),
             ],
             totals: Vec::new(),
