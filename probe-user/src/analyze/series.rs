@@ -3,7 +3,7 @@
 //! (the daemon's own features, replayed: one code path live and offline).
 use super::{load::Recording, timing::Iteration};
 use crate::{
-    dataset::{replay, tick_of},
+    dataset::{recording_tick, replay},
     features::{FeatureConfig, FeatureRow},
     observe::PEER,
 };
@@ -90,7 +90,7 @@ pub fn series(rec: &Recording, job: &[String], iterations: &[Iteration]) -> Seri
             }
         })
         .collect();
-    let tick = tick_of(&rec.obs);
+    let tick = recording_tick(&rec.path, &rec.obs);
     let rows = replay(
         &rec.obs,
         &rec.events,

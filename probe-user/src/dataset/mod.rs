@@ -166,6 +166,19 @@ fn table(numeric: &[String]) -> Table<Row> {
     }
 }
 
+/// The tick the daemon ran at for the recording at `path`: as the recorder stored it, or
+/// for a recording from before it did, [`tick_of`] its observations.
+pub fn recording_tick(path: &Path, obs: &[Observation]) -> Duration {
+    reader::metadata(path)
+        .ok()
+        .and_then(|kv| {
+            let (_, v) = kv.into_iter().find(|(k, _)| k == crate::record::TICK_KEY)?;
+            Duration::try_from_secs_f64(v.parse().ok()?).ok()
+        })
+        .filter(|t| !t.is_zero())
+        .unwrap_or_else(|| tick_of(obs))
+}
+
 /// The recording's tick: the median observation interval, to the millisecond.
 pub fn tick_of(obs: &[Observation]) -> Duration {
     let mut v: Vec<f64> = obs
@@ -336,7 +349,7 @@ fn featurize(
         )?;
         (
             rows,
-            tick.unwrap_or_else(|| tick_of(&obs)),
+            tick.unwrap_or_else(|| recording_tick(path, &obs)),
             Source::Stored(stored),
         )
     } else {
@@ -352,7 +365,7 @@ fn featurize(
         if events.windows(2).any(|w| w[1].tick_unix < w[0].tick_unix) {
             bail!("{}: burst events are not in tick order", ev_path.display());
         }
-        let tick = tick_of(&obs);
+        let tick = recording_tick(path, &obs);
         let cfg = FeatureConfig {
             tick,
             ..fcfg.clone()

@@ -279,6 +279,9 @@ struct Out {
     events: RecordingWriter<BurstEvent>,
 }
 
+/// The daemon's tick in seconds, in both files' metadata (from the first snapshot).
+pub const TICK_KEY: &str = "probe.tick_seconds";
+
 /// The polling loop: until the duration is over, a signal, or too many failures in a row.
 fn record(
     args: &RecordArgs,
@@ -350,6 +353,12 @@ fn record(
             if snap.tick > p.tick + 1 && p.tick > 0 {
                 progress.missed += snap.tick - p.tick - 1;
             }
+        } else if snap.tick_seconds > 0.0 {
+            // The daemon's configured tick, which a replay must use: the median of the
+            // measured intervals is off by a millisecond or two on a busy host.
+            let tick = snap.tick_seconds.to_string();
+            out.rows.set_meta(TICK_KEY, tick.clone());
+            out.events.set_meta(TICK_KEY, tick);
         }
         let rows = snap.observations.take().unwrap_or_default();
         if !rows.is_empty() {

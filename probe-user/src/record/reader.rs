@@ -21,3 +21,18 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     }
     Ok(out)
 }
+
+/// The key-value metadata of the Parquet file at `path` (keys without a value left out).
+pub fn metadata(path: &Path) -> Result<Vec<(String, String)>> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let reader = SerializedFileReader::new(file)
+        .with_context(|| format!("{} is not a Parquet file", path.display()))?;
+    Ok(reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| Some((k.key.clone(), k.value.clone()?)))
+        .collect())
+}

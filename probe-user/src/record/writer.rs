@@ -232,15 +232,22 @@ impl<R> RecordingWriter<R> {
         self.checkpoint()
     }
 
-    /// Writes the last rows and the final footer; the file is complete.
+    /// Sets (or replaces) a key of the file's metadata, written with the next flush or
+    /// finish: what is only known once recording has begun (the daemon's tick).
+    pub fn set_meta(&mut self, key: &str, value: String) {
+        match self.kv.iter_mut().find(|k| k.key == key) {
+            Some(k) => k.value = Some(value),
+            None => self.kv.push(KeyValue::new(key.to_string(), value)),
+        }
+    }
+
+    /// Writes the last rows and the final footer (a flush's, with the metadata as it
+    /// stands now); the file is complete.
     pub fn finish(mut self) -> Result<u64> {
         if !self.rows.is_empty() {
             self.write_row_group()?;
         }
-        let pending = self.writer.into_inner()?;
-        self.file.write_all_at(&pending.0, self.committed)?;
-        let end = self.committed + pending.0.len() as u64;
-        self.file.set_len(end)?;
+        self.checkpoint()?;
         self.file.sync_all()?;
         Ok(self.rows_written)
     }
@@ -334,6 +341,8 @@ mod tests {
         w.push([row(1.0, "a", Some(0.003)), row(1.0, "b", None)]);
         w.flush().unwrap();
         assert_eq!(read(&path).len(), 2);
+        w.set_meta("probe.later", "2".into());
+        w.set_meta("probe.test", "3".into());
         w.push([row(2.0, "a", Some(0.004))]);
         w.flush().unwrap();
         let rows = read(&path);
@@ -357,8 +366,16 @@ mod tests {
         let r = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
         let md = r.metadata();
         assert_eq!(md.num_row_groups(), 3);
-        let kv = md.file_metadata().key_value_metadata().unwrap();
-        assert!(kv.iter().any(|k| k.key == "probe.test"));
+        // Metadata set after create replaces or adds keys, once each, at the end too.
+        let kv = crate::record::reader::metadata(&path).unwrap();
+        let got = |key: &str| -> Vec<&str> {
+            kv.iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        };
+        assert_eq!(got("probe.test"), ["3"]);
+        assert_eq!(got("probe.later"), ["2"]);
         assert_eq!(
             md.file_metadata().schema_descr().num_columns(),
             COLUMNS.len()
