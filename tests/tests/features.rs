@@ -198,8 +198,6 @@ fn live_features_equal_the_replay_of_the_recording() {
     ] {
         assert!(first.contains_key(l), "no label column {l}");
     }
-    // Kept when the test fails, for a look at what differed.
-    let _ = std::fs::remove_dir_all(&dir);
     drop(probe);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -73,23 +73,21 @@ fn a_peers_queued_bytes_are_what_ss_shows() {
     // tick apart and boundedly, until probe has read since the queues held still; a read
     // from before then is the only way to differ from ss.
     let peer = a.to_string();
-    let mut m = probe.metrics();
-    let mut verdict = Err(String::new());
-    for _ in 0..12 {
+    let mut tries = 0;
+    let m = loop {
+        tries += 1;
         probe.wait_ticks(1);
         let before = ss_queues(&pair.b, a);
         let carried_before = ss_carried(&pair.b, a);
-        m = probe.metrics();
+        let m = probe.metrics();
         let after = ss_queues(&pair.b, a);
         let carried_after = ss_carried(&pair.b, a);
-        verdict = check(&m, &peer, (before, after), (carried_before, carried_after));
-        if verdict.is_ok() {
-            break;
+        match check(&m, &peer, (before, after), (carried_before, carried_after)) {
+            Ok(()) => break m,
+            Err(e) if tries >= 12 => panic!("{e}\n{}", probe.log_tail(20)),
+            Err(_) => {}
         }
-    }
-    if let Err(e) = verdict {
-        panic!("{e}\n{}", probe.log_tail(20));
-    }
+    };
     assert_eq!(
         m.get("probe_source_up", &[("source", "sockets")]).unwrap(),
         Some(1.0)
