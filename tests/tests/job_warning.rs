@@ -101,6 +101,21 @@ fn the_job_is_the_peers_of_its_cgroups_sockets_and_its_warning_is_scored() {
         "score {s:?}\n{}",
         probe.log_tail(20)
     );
+    // One direction score per direction model the manifest names.
+    let dirs = manifest["direction"]["models"].as_object().unwrap();
+    assert_eq!(dirs.len(), 3, "egress, ingress and compute models ship");
+    for d in dirs.keys() {
+        let v = m
+            .get(
+                "probe_job_warning_direction_score",
+                &[("direction", d.as_str())],
+            )
+            .unwrap();
+        assert!(
+            v.is_some_and(|v| (0.0..=1.0).contains(&v)),
+            "{d}: direction score {v:?}"
+        );
+    }
 }
 
 #[test]

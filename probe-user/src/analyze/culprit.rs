@@ -672,16 +672,6 @@ fn culprit(
     }
 }
 
-/// The host and direction a lab episode's culprit is (as the lab's live check has it).
-pub fn expected_direction(kind: &str) -> Option<&'static str> {
-    match kind {
-        "tbf" | "squeeze" | "cross" | "ramp" => Some("egress"),
-        "incast" | "loss" => Some("ingress"),
-        "straggle" => Some("compute"),
-        _ => None,
-    }
-}
-
 /// What the culprits said of one lab episode.
 #[derive(Serialize, Debug)]
 pub struct Verdict {
@@ -716,7 +706,7 @@ pub fn against_lab(sc: &Scores, lab: &super::load::Lab) -> LabVerdicts {
         .iter()
         .filter_map(|e| {
             let rank = e.rank?;
-            let direction = expected_direction(&e.kind)?;
+            let direction = crate::dataset::job::direction_of(&e.kind)?;
             let host = lab.rank_addrs.get(rank)?.clone();
             let mut named_after_s = None;
             let mut also_named = Vec::new();

@@ -125,9 +125,18 @@ struct RankInfo {
     log: String,
 }
 
+/// A line of traingen's log; the job corpus keeps only each iteration's start and end.
 #[derive(Deserialize)]
 struct Iteration {
-    duration_s: f64,
+    duration_s: Option<f64>,
+    t_start: Option<f64>,
+    t_end: Option<f64>,
+}
+
+impl Iteration {
+    fn duration(&self) -> Option<f64> {
+        self.duration_s.or(Some(self.t_end? - self.t_start?))
+    }
 }
 
 /// The lab run a recording belongs to, and its rank: a run's own `recording.parquet` is rank
@@ -164,7 +173,9 @@ fn read_lab(file: &Path, rank: usize) -> Result<Lab> {
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 let it: Iteration = serde_json::from_str(line)
                     .with_context(|| format!("a line of {} does not read", log.display()))?;
-                iterations.push(it.duration_s);
+                iterations.push(it.duration().with_context(|| {
+                    format!("a line of {} has no iteration time", log.display())
+                })?);
             }
         }
     }

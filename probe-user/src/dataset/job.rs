@@ -142,6 +142,30 @@ pub struct Episode {
     pub rank: Option<usize>,
 }
 
+/// The directions a culprit is named with (rules/job.rules.yml), in the order of the
+/// `culprit_direction` label's values.
+pub const DIRECTIONS: [&str; 3] = ["egress", "ingress", "compute"];
+
+impl Episode {
+    /// The direction its culprit is named with, as the lab's live check has it: where the
+    /// queue or the loss sits, or `compute` for a straggler.
+    pub fn direction(&self) -> Option<&'static str> {
+        direction_of(&self.kind)
+    }
+}
+
+/// The direction of an episode kind's culprit (None: a kind the lab does not make).
+pub fn direction_of(kind: &str) -> Option<&'static str> {
+    match kind {
+        // A squeezed egress, or a sender's cross traffic filling its own egress.
+        "tbf" | "squeeze" | "cross" | "ramp" => Some("egress"),
+        // Its switch port (incast) or its input (loss): what reaches the host.
+        "incast" | "loss" => Some("ingress"),
+        "straggle" => Some("compute"),
+        _ => None,
+    }
+}
+
 /// The episodes of a lab run's `ground_truth.jsonl` (none if it has none).
 pub fn ground_truth(dir: &Path) -> Result<Vec<Episode>> {
     let gt = dir.join("ground_truth.jsonl");
@@ -314,11 +338,16 @@ impl Run {
         } else {
             f64::NAN
         });
-        out.push(f64::from(
-            self.episodes
-                .iter()
-                .any(|e| e.rank == Some(rank) && e.t_start <= t && t <= e.t_end) as u8,
-        ));
+        let on = self
+            .episodes
+            .iter()
+            .find(|e| e.rank == Some(rank) && e.t_start <= t && t <= e.t_end);
+        out.push(f64::from(on.is_some() as u8));
+        out.push(
+            on.and_then(Episode::direction)
+                .and_then(|d| DIRECTIONS.iter().position(|x| *x == d))
+                .map_or(f64::NAN, |i| i as f64),
+        );
         out
     }
 }
@@ -341,14 +370,14 @@ fn span(hosts: &[Host]) -> (f64, f64) {
 const NEXT_ONSET_S: f64 = 60.0;
 
 /// The label columns: `slows_within_{h}` per horizon, `slowed` (the job is slow now),
-/// `slowdown_in_s`,
-/// `culprit`.
+/// `slowdown_in_s`, `culprit` (an episode is under way on this host) and
+/// `culprit_direction` (its direction's index in [`DIRECTIONS`], NaN without one).
 pub fn label_names(horizons: &[Duration]) -> Vec<String> {
     let mut v: Vec<String> = horizons
         .iter()
         .map(|h| format!("slows_within_{}", crate::features::schema::label(*h)))
         .collect();
-    v.extend(["slowed", "slowdown_in_s", "culprit"].map(String::from));
+    v.extend(["slowed", "slowdown_in_s", "culprit", "culprit_direction"].map(String::from));
     v
 }
 

@@ -113,6 +113,16 @@ fn job(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     )?;
     gauge(
         enc,
+        "probe_job_warning_direction_score",
+        "Per direction (egress, ingress, compute), how likely an episode building on this host has it; the warning is named with the highest",
+        j.into_iter().flat_map(|j| {
+            j.direction_score
+                .iter()
+                .map(|(d, p)| (l(&[("direction", d)]), *p))
+        }),
+    )?;
+    gauge(
+        enc,
         "probe_job_slowdown_probability",
         "The model's probability that the training job's iteration slows >= 1.2x within the horizon, from this host's view",
         j.into_iter().flat_map(|j| {

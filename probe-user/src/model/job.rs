@@ -24,6 +24,15 @@ struct Manifest {
     features: Vec<String>,
     models: std::collections::BTreeMap<String, ModelEntry>,
     warning: WarningEntry,
+    /// Absent in the manifests written before the warning had a direction.
+    #[serde(default)]
+    direction: Option<DirectionEntry>,
+}
+
+#[derive(Deserialize)]
+struct DirectionEntry {
+    /// Direction -> its model's file.
+    models: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -44,6 +53,8 @@ pub struct JobModel {
     pub threshold: f64,
     /// (horizon label, e.g. "15s", model).
     slows: Vec<(String, Booster)>,
+    /// (direction, model): the warning's direction is the one scoring highest.
+    directions: Vec<(String, Booster)>,
 }
 
 impl JobModel {
@@ -97,11 +108,19 @@ impl JobModel {
         slows.sort_by_key(|(h, _)| {
             crate::duration::parse_duration(h).unwrap_or(std::time::Duration::MAX)
         });
+        let mut directions = Vec::new();
+        for (d, file) in m.direction.iter().flat_map(|d| &d.models) {
+            if !crate::dataset::job::DIRECTIONS.contains(&d.as_str()) {
+                bail!("{}: unknown direction {d:?}", path.display());
+            }
+            directions.push((d.clone(), read(file)?));
+        }
         Ok(JobModel {
             name: m.name,
             warning: read(&w.file)?,
             threshold: m.warning.threshold,
             slows,
+            directions,
         })
     }
 }
@@ -116,6 +135,8 @@ pub struct JobScores {
     pub warning_threshold: Option<f64>,
     /// (horizon, probability that the job slows within it).
     pub slowdown_probability: Vec<(String, f64)>,
+    /// (direction, its model's score): the warning names the highest.
+    pub direction_score: Vec<(String, f64)>,
     pub model: Option<String>,
 }
 
@@ -159,6 +180,11 @@ fn score(m: &JobModel, row: &JobRow) -> JobScores {
             .slows
             .iter()
             .map(|(h, b)| (h.clone(), b.predict(&row.values)))
+            .collect(),
+        direction_score: m
+            .directions
+            .iter()
+            .map(|(d, b)| (d.clone(), b.predict(&row.values)))
             .collect(),
         model: Some(m.name.clone()),
     }

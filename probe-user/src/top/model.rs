@@ -103,6 +103,8 @@ pub struct Job {
     pub peers: u64,
     pub warning_score: Option<f64>,
     pub warning_threshold: Option<f64>,
+    /// (direction, score), as the API serializes the pairs.
+    pub direction_score: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

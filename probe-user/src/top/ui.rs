@@ -109,7 +109,14 @@ pub fn self_lines(fr: &Frame) -> Vec<String> {
 /// host to stand out against the job's others, which only Prometheus sees).
 fn job_line(j: &super::model::Job) -> String {
     let score = match (j.warning_score, j.warning_threshold) {
-        (Some(s), Some(t)) if s >= t => format!("warning {s:.2} >= {t:.2} WARNING"),
+        (Some(s), Some(t)) if s >= t => {
+            let dir = j
+                .direction_score
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map_or(String::new(), |(d, _)| format!(" {d}"));
+            format!("warning {s:.2} >= {t:.2} WARNING{dir}")
+        }
         (Some(s), Some(t)) => format!("warning {s:.2} < {t:.2}"),
         _ => "no job model".to_string(),
     };

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::TrainArgs;
 use crate::{
-    dataset::job::{label_names, Run},
+    dataset::job::{label_names, Run, DIRECTIONS},
     eval::{
         job::{self as ej, Figures, HostScores, RuleConfig, RunVerdict},
         metrics,
@@ -54,31 +54,53 @@ fn targets() -> Vec<String> {
         .collect()
 }
 
-/// One run's rows, flattened: per row its host, features and labels.
+/// One run's rows, flattened: per row its host, features and labels (the targets', then
+/// one per direction: 1 if the culprit's episode has it, 0 if another, NaN without one),
+/// and the direction the direction models give it (out of fold on training runs).
 struct Rows {
     host: Vec<usize>,
     x: Vec<f64>,
     labels: Vec<Vec<f64>>,
+    dir: Vec<Option<usize>>,
+}
+
+/// The label column of direction `d` in [`Rows::labels`].
+fn direction_column(d: usize) -> usize {
+    targets().len() + d
+}
+
+/// The label column of the culprit target.
+fn culprit_column() -> usize {
+    targets().len() - 1
 }
 
 fn rows_of(run: &Run) -> Rows {
     let hz = horizons();
     let names = label_names(&hz);
-    let want: Vec<usize> = targets()
-        .iter()
-        .map(|t| names.iter().position(|n| n == t).expect("a label"))
-        .collect();
+    let at = |t: &str| names.iter().position(|n| n == t).expect("a label");
+    let want: Vec<usize> = targets().iter().map(|t| at(t)).collect();
+    let dir = at("culprit_direction");
     let mut r = Rows {
         host: Vec::new(),
         x: Vec::new(),
         labels: Vec::new(),
+        dir: Vec::new(),
     };
     for (h, host) in run.hosts.iter().enumerate() {
         for row in &host.rows {
             r.host.push(h);
             r.x.extend(&row.values);
             let l = run.labels(host.rank, row.time_unix, &hz);
-            r.labels.push(want.iter().map(|&i| l[i]).collect());
+            let mut v: Vec<f64> = want.iter().map(|&i| l[i]).collect();
+            v.extend((0..DIRECTIONS.len()).map(|d| {
+                if l[dir].is_finite() {
+                    f64::from((l[dir] as usize == d) as u8)
+                } else {
+                    f64::NAN
+                }
+            }));
+            r.labels.push(v);
+            r.dir.push(None);
         }
     }
     r
@@ -157,12 +179,14 @@ fn host_scores(run: &Run, r: &Rows, s: &[f64]) -> Vec<HostScores> {
             rank: h.rank,
             time_unix: h.rows.iter().map(|r| r.time_unix).collect(),
             score: Vec::with_capacity(h.rows.len()),
+            direction: Vec::with_capacity(h.rows.len()),
         })
         .collect();
-    for (h, v) in r.host.iter().zip(s) {
+    for ((h, v), d) in r.host.iter().zip(s).zip(&r.dir) {
         out[*h]
             .score
             .push(if v.is_finite() { *v } else { f64::MIN });
+        out[*h].direction.push(*d);
     }
     out
 }
@@ -214,7 +238,7 @@ fn threshold(runs: &[Run], rows: &[Rows], scores: &[Vec<f64>], shape: (f64, usiz
     let mut calm: Vec<f64> = Vec::new();
     for (r, s) in rows.iter().zip(scores) {
         for (i, v) in s.iter().enumerate() {
-            if v.is_finite() && r.labels[i].last().is_some_and(|c| *c == 0.0) {
+            if v.is_finite() && r.labels[i][culprit_column()] == 0.0 {
                 calm.push(*v);
             }
         }
@@ -375,6 +399,106 @@ fn ranking(
     Ok((ap, beats))
 }
 
+/// The index of the highest of `scores` (NaN lowest).
+fn argmax(scores: impl Iterator<Item = f64>) -> Option<usize> {
+    scores
+        .enumerate()
+        .filter(|(_, v)| v.is_finite())
+        .fold(None, |b: Option<(usize, f64)>, (i, v)| match b {
+            Some((_, bv)) if bv >= v => b,
+            _ => Some((i, v)),
+        })
+        .map(|(i, _)| i)
+}
+
+/// Fills `rows`' directions from per-direction scores (`by[d][run][row]`).
+fn set_directions(rows: &mut [Rows], by: &[Vec<Vec<f64>>]) {
+    for (i, r) in rows.iter_mut().enumerate() {
+        for (j, d) in r.dir.iter_mut().enumerate() {
+            *d = argmax(by.iter().map(|s| s[i][j]));
+        }
+    }
+}
+
+/// On the rows of `drawn` where a culprit's episode is under way: the share whose direction
+/// is right, and the share a constant direction `always` would get right.
+fn direction_accuracy(rows: &[Rows], drawn: &[usize], always: usize) -> Option<(f64, f64)> {
+    let (mut n, mut ok, mut base) = (0usize, 0usize, 0usize);
+    for &i in drawn {
+        let r = &rows[i];
+        for (l, d) in r.labels.iter().zip(&r.dir) {
+            let Some(truth) = (0..DIRECTIONS.len()).find(|&k| l[direction_column(k)] == 1.0) else {
+                continue;
+            };
+            n += 1;
+            ok += (*d == Some(truth)) as usize;
+            base += (truth == always) as usize;
+        }
+    }
+    (n > 0).then(|| (ok as f64 / n as f64, base as f64 / n as f64))
+}
+
+/// The direction models: one per direction, each fitted on the training rows where a
+/// culprit's episode is under way (its direction against the others); a row's direction is
+/// the one whose model scores it highest. Out of fold on the training runs (the rule's
+/// shape and threshold are chosen with the directions the warning would carry), fitted on
+/// all of them for the held-out runs and the daemon; judged on the held-out culprit rows
+/// against the most common direction. Returns the manifest's entry.
+fn directions(
+    trows: &mut [Rows],
+    hrows: &mut [Rows],
+    args: &TrainArgs,
+    out: &std::path::Path,
+    report: &mut String,
+) -> Result<serde_json::Value> {
+    let mut oof = Vec::new();
+    let mut held = Vec::new();
+    let mut files = serde_json::Map::new();
+    for (d, name) in DIRECTIONS.iter().enumerate() {
+        let target = format!("direction_{name}");
+        oof.push(out_of_fold(trows, direction_column(d), args, &target)?);
+        let all: Vec<&Rows> = trows.iter().collect();
+        let (text, m) = fit(&all, direction_column(d), args).with_context(|| target.clone())?;
+        let file = format!("job-direction-{name}.txt");
+        std::fs::write(out.join(&file), &text)?;
+        files.insert((*name).to_string(), json!(file));
+        held.push(hrows.iter().map(|r| score(&m, r)).collect::<Vec<_>>());
+    }
+    set_directions(trows, &oof);
+    set_directions(hrows, &held);
+    // The most common direction of the training runs' culprit rows: the constant baseline.
+    let mut counts = [0usize; DIRECTIONS.len()];
+    for l in trows.iter().flat_map(|r| &r.labels) {
+        for (d, c) in counts.iter_mut().enumerate() {
+            *c += (l[direction_column(d)] == 1.0) as usize;
+        }
+    }
+    let always = (0..counts.len()).max_by_key(|&d| counts[d]).unwrap_or(0);
+    let hall: Vec<usize> = (0..hrows.len()).collect();
+    let (acc, base) = direction_accuracy(hrows, &hall, always).unwrap_or((f64::NAN, f64::NAN));
+    let boot = metrics::bootstrap(hrows.len(), REPS, SEED, |d| {
+        direction_accuracy(hrows, d, always).map(|(a, b)| vec![a, a - b])
+    });
+    let col = |j: usize| boot.iter().map(|v| v[j]).collect::<Vec<f64>>();
+    writeln!(
+        report,
+        "## The warning's direction
+
+held-out rows with a culprit's episode under way, its direction right: {} (always `{}`: {base:.2}; the models minus it: {})
+",
+        with_ci(acc, &col(0)),
+        DIRECTIONS[always],
+        with_ci(acc - base, &col(1)),
+    )?;
+    eprintln!(
+        "train: direction: held-out accuracy {acc:.3} (always {}: {base:.3})",
+        DIRECTIONS[always]
+    );
+    Ok(
+        json!({"models": files, "heldout_accuracy": acc, "always": DIRECTIONS[always], "always_accuracy": base}),
+    )
+}
+
 type Split<'a> = (&'a [Run], &'a [Rows]);
 /// The rule's shape, the model's threshold, the held-out figures.
 type Warning = (
@@ -410,8 +534,11 @@ fn judge_warning(
         report,
         "## The warning (rule: score >= threshold for {hold} ticks and >= {stand_out}x the median of the job's hosts; threshold chosen out of fold on the training runs for <= {BUDGET} false warning per calm job-hour), held out\n"
     )?;
-    writeln!(report, "| scorer | threshold | gradual warned before slowdown | lead >= 5 s | median lead s | right host of warned | abrupt named within 10 s | false per calm job-hour | false in non-slowing episodes |")?;
-    writeln!(report, "|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(report, "| scorer | threshold | gradual warned before slowdown | lead >= 5 s | median lead s | of warned: right host when training slowed | ... and direction | ... by the first name | median lead of the right name s | abrupt named within 10 s: host | ... and direction | false per calm job-hour | false in non-slowing episodes |")?;
+    writeln!(
+        report,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )?;
     let mut figures_json = serde_json::Map::new();
     let mut by_kind = String::new();
     for (n, (name, t, s)) in scorers.iter().enumerate() {
@@ -426,22 +553,29 @@ fn judge_warning(
                 g.warned,
                 g.lead5,
                 g.right,
+                g.right_direction,
+                g.first_right,
                 g.abrupt_named,
+                g.abrupt_named_direction,
                 g.false_per_calm_hour,
             ])
         });
         let col = |j: usize| boot.iter().map(|v| v[j]).collect::<Vec<f64>>();
         writeln!(
             report,
-            "| {name} | {t:.4} | {} of {} | {} | {:.1} | {} | {} of {} | {} ({:.2} h) | {} |",
+            "| {name} | {t:.4} | {} of {} | {} | {:.1} | {} | {} | {} | {:.1} | {} of {} | {} | {} ({:.2} h) | {} |",
             with_ci(f.warned, &col(0)),
             f.gradual,
             with_ci(f.lead5, &col(1)),
             f.median_lead_s,
             with_ci(f.right, &col(2)),
-            with_ci(f.abrupt_named, &col(3)),
+            with_ci(f.right_direction, &col(3)),
+            with_ci(f.first_right, &col(4)),
+            f.median_right_lead_s,
+            with_ci(f.abrupt_named, &col(5)),
             f.abrupt,
-            with_ci(f.false_per_calm_hour, &col(4)),
+            with_ci(f.abrupt_named_direction, &col(6)),
+            with_ci(f.false_per_calm_hour, &col(7)),
             f.calm_hours,
             f.false_in_episodes
         )?;
@@ -449,8 +583,10 @@ fn judge_warning(
             name.clone(),
             json!({
                 "threshold": t, "gradual": f.gradual, "warned": f.warned, "lead5": f.lead5,
-                "median_lead_s": f.median_lead_s, "right_host": f.right, "abrupt": f.abrupt,
-                "abrupt_named": f.abrupt_named, "false_per_calm_hour": f.false_per_calm_hour,
+                "median_lead_s": f.median_lead_s, "right_host": f.right,
+                "right_host_and_direction": f.right_direction, "first_name_right": f.first_right,
+                "median_right_lead_s": f.median_right_lead_s, "abrupt": f.abrupt,
+                "abrupt_named": f.abrupt_named, "abrupt_named_direction": f.abrupt_named_direction, "false_per_calm_hour": f.false_per_calm_hour,
                 "false_in_non_slowing_episodes": f.false_in_episodes, "calm_hours": f.calm_hours,
             }),
         );
@@ -472,8 +608,8 @@ pub fn main(args: &TrainArgs) -> Result<()> {
     }
     let train = load(&args.data, "training (--data)")?;
     let held = load(&args.heldout, "held-out (--heldout)")?;
-    let trows: Vec<Rows> = train.iter().map(rows_of).collect();
-    let hrows: Vec<Rows> = held.iter().map(rows_of).collect();
+    let mut trows: Vec<Rows> = train.iter().map(rows_of).collect();
+    let mut hrows: Vec<Rows> = held.iter().map(rows_of).collect();
     let names = targets();
     let culprit = names.len() - 1;
     let mut report = String::new();
@@ -487,6 +623,11 @@ pub fn main(args: &TrainArgs) -> Result<()> {
         train.len(),
         held.len()
     )?;
+    for d in DIRECTIONS {
+        let _ = std::fs::remove_file(out.join(format!("job-direction-{d}.txt")));
+    }
+    let mut direction_report = String::new();
+    let direction = directions(&mut trows, &mut hrows, args, out, &mut direction_report)?;
     for (k, target) in names.iter().enumerate() {
         let oof = out_of_fold(&trows, k, args, target)?;
         let all: Vec<&Rows> = trows.iter().collect();
@@ -516,6 +657,7 @@ pub fn main(args: &TrainArgs) -> Result<()> {
         writeln!(report)?;
         eprintln!("train: {target}: held-out PR-AUC {ap:.3}");
     }
+    report.push_str(&direction_report);
     // The warning: the culprit model's score under the rule, threshold from out of fold.
     let (oof, hs) = warning.expect("the culprit target is last");
     let ((stand_out, hold), thr, figures_json) =
@@ -525,6 +667,7 @@ pub fn main(args: &TrainArgs) -> Result<()> {
         "features": fj::names(),
         "models": models,
         "refused": refused,
+        "direction": direction,
         "warning": {"model": "culprit", "threshold": thr, "stand_out": stand_out, "hold_ticks": hold, "budget_per_calm_hour": BUDGET},
         "heldout": figures_json,
         "trained_on": args.data.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
