@@ -22,6 +22,7 @@ use serde::Deserialize;
 use super::labels::{self, JobLog, LabelConfig};
 use crate::{
     features::job::{self as fj, JobFeatures, JobRow},
+    model::job::DIRECTIONS,
     observe::{spans::Span, Observation},
     record::{reader, writer::RecordingWriter},
 };
@@ -142,19 +143,17 @@ pub struct Episode {
     pub rank: Option<usize>,
 }
 
-/// The directions a culprit is named with (rules/job.rules.yml), in the order of the
-/// `culprit_direction` label's values.
-pub const DIRECTIONS: [&str; 3] = ["egress", "ingress", "compute"];
-
 impl Episode {
-    /// The direction its culprit is named with, as the lab's live check has it: where the
-    /// queue or the loss sits, or `compute` for a straggler.
-    pub fn direction(&self) -> Option<&'static str> {
-        direction_of(&self.kind)
+    /// The direction its culprit is named with, as an index into [`DIRECTIONS`] (the
+    /// `culprit_direction` label's value).
+    pub fn direction(&self) -> Option<usize> {
+        let d = direction_of(&self.kind)?;
+        DIRECTIONS.iter().position(|x| *x == d)
     }
 }
 
-/// The direction of an episode kind's culprit (None: a kind the lab does not make).
+/// The direction of an episode kind's culprit, as the lab's live check has it: where the
+/// queue or the loss sits, or `compute` for a straggler (None: a kind the lab does not make).
 pub fn direction_of(kind: &str) -> Option<&'static str> {
     match kind {
         // A squeezed egress, or a sender's cross traffic filling its own egress.
@@ -345,7 +344,6 @@ impl Run {
         out.push(f64::from(on.is_some() as u8));
         out.push(
             on.and_then(Episode::direction)
-                .and_then(|d| DIRECTIONS.iter().position(|x| *x == d))
                 .map_or(f64::NAN, |i| i as f64),
         );
         out

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::dataset::job::Run;
 
 /// One host's score series, with the direction its warning would carry at each tick (an
-/// index into [`crate::dataset::job::DIRECTIONS`]).
+/// index into [`crate::model::job::DIRECTIONS`]).
 pub struct HostScores {
     pub rank: usize,
     pub time_unix: Vec<f64>,
@@ -129,8 +129,6 @@ pub struct Judged {
     pub rank: Option<usize>,
     /// Seconds from the episode's start to the job's slowdown, if it slowed.
     pub slowed_after_s: Option<f64>,
-    /// The episode's direction (an index into DIRECTIONS).
-    pub direction: Option<usize>,
     /// Seconds between the first warning and the slowdown, if warned before it.
     pub lead_s: Option<f64>,
     /// The first warning named the episode's host.
@@ -202,15 +200,12 @@ pub fn judge(index: usize, run: &Run, warns: &[Warning]) -> RunVerdict {
             .iter()
             .copied()
             .find(|s| e.t_start <= *s && *s <= e.t_end + NAMED_WITHIN_S);
-        let direction = e
-            .direction()
-            .and_then(|d| crate::dataset::job::DIRECTIONS.iter().position(|x| *x == d));
+        let direction = e.direction();
         let mut j = Judged {
             run: index,
             kind: e.kind.clone(),
             gradual: e.onset == "gradual",
             rank: e.rank,
-            direction,
             slowed_after_s: slow.map(|s| s - e.t_start),
             lead_s: None,
             first_right: false,

@@ -15,6 +15,10 @@ use crate::{
     observe::{spans, Observation, TickBursts},
 };
 
+/// The directions the warning is named with (rules/job.rules.yml), in the order of the
+/// `culprit_direction` label's values.
+pub const DIRECTIONS: [&str; 3] = ["egress", "ingress", "compute"];
+
 /// The manifest `probe train --job` writes.
 pub const MANIFEST: &str = "job.json";
 
@@ -110,7 +114,7 @@ impl JobModel {
         });
         let mut directions = Vec::new();
         for (d, file) in m.direction.iter().flat_map(|d| &d.models) {
-            if !crate::dataset::job::DIRECTIONS.contains(&d.as_str()) {
+            if !DIRECTIONS.contains(&d.as_str()) {
                 bail!("{}: unknown direction {d:?}", path.display());
             }
             directions.push((d.clone(), read(file)?));

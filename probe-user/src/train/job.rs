@@ -15,13 +15,13 @@ use serde_json::json;
 
 use super::TrainArgs;
 use crate::{
-    dataset::job::{label_names, Run, DIRECTIONS},
+    dataset::job::{label_names, Run},
     eval::{
         job::{self as ej, Figures, HostScores, RuleConfig, RunVerdict},
         metrics,
     },
     features::job as fj,
-    model::lgbm::Booster,
+    model::{job::DIRECTIONS, lgbm::Booster},
 };
 
 /// The rule shapes the warning may take (rules/job.rules.yml): (stand-out against the
