@@ -126,6 +126,13 @@ pub mod names {
     pub const TC_EGRESS_RAWIP: &str = "tc_egress_rawip";
     pub const SOCK_OPS: &str = "sockops_tcp";
     pub const TCP_RETRANSMIT: &str = "tp_tcp_retransmit_skb";
+    /// The programs that select what a walk of FLOWS and CONNS keeps, and their outputs.
+    pub const FLOW_SELECT: &str = "select_flows";
+    pub const CONN_SELECT: &str = "select_conns";
+    pub const FLOW_PICKS: &str = "FLOW_PICKS";
+    pub const FLOW_WALK: &str = "FLOW_WALK";
+    pub const CONN_PICKS: &str = "CONN_PICKS";
+    pub const CONN_WALK: &str = "CONN_WALK";
 }
 
 /// Names of the load-time globals (`static`s patched by the loader before load).
@@ -499,6 +506,126 @@ pub struct ConnStats {
 /// TCP_CLOSE in the kernel's state enum.
 pub const TCP_CLOSE: u32 = 7;
 
+/// Buckets of the flow walk's histogram of bytes moved: 8 per power of two (walk_bucket).
+pub const WALK_HIST: usize = 512;
+
+/// The flow walk's histogram bucket of `moved` bytes: the value itself below 8, else 8 per
+/// power of two (`8 * log2 + the three bits after the top one`), so a threshold at a bucket
+/// boundary lets through at most an eighth of an octave more than it must.
+#[inline(always)]
+pub fn walk_bucket(moved: u64) -> usize {
+    if moved < 8 {
+        return moved as usize;
+    }
+    let b = 63 - moved.leading_zeros() as u64;
+    (b * 8 + ((moved >> (b - 3)) & 7)) as usize
+}
+
+/// The smallest value in walk_bucket's bucket `i` (buckets 8 to 23 are never used: 8).
+pub fn walk_bucket_floor(i: usize) -> u64 {
+    if i < 8 {
+        return i as u64;
+    }
+    if i < 24 {
+        return 8;
+    }
+    let (b, sub) = ((i / 8) as u64, (i % 8) as u64);
+    (8 + sub) << (b - 3)
+}
+/// Records the flow walk can write (FLOW_PICKS): far more than the top list needs; idle
+/// flows past it wait for the next walk. CONN_PICKS is as large as CONNS.
+pub const PICKS_MAX: u32 = 4096;
+
+/// The flow-selection walk (select_flows): its parameters, set by the daemon for one run,
+/// and what it found, read back from FLOW_WALK. A flow is picked if it moved more than
+/// `min_moved` bytes in `epoch` (a candidate top flow) or was idle longer than
+/// `idle_timeout_ns` at `now_ns` (then deleted after its record is written).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowWalk {
+    pub now_ns: u64,
+    pub idle_timeout_ns: u64,
+    pub min_moved: u64,
+    /// FLOW_EPOCH as the daemon reads it.
+    pub epoch: u32,
+    /// Records written to FLOW_PICKS.
+    pub written: u32,
+    /// Entries visited, the deleted ones included.
+    pub visited: u64,
+    /// Idle flows deleted.
+    pub deleted: u32,
+    /// 1 if FLOW_PICKS filled up: later picks were not written (nor idle flows deleted).
+    pub full: u32,
+    /// Flows that moved, by walk_bucket of the bytes they moved: where the threshold of a
+    /// run that found too few or too many candidates should have been. Zeroed by the
+    /// daemon before each run.
+    pub hist: [u32; WALK_HIST],
+}
+
+impl Default for FlowWalk {
+    fn default() -> Self {
+        Self {
+            now_ns: 0,
+            idle_timeout_ns: 0,
+            min_moved: 0,
+            epoch: 0,
+            written: 0,
+            visited: 0,
+            deleted: 0,
+            full: 0,
+            hist: [0; WALK_HIST],
+        }
+    }
+}
+
+/// The connection-selection walk (select_conns): its floor (us), set by the daemon for one
+/// run, and what it found, read back from CONN_WALK.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnWalk {
+    pub floor: u32,
+    /// Records written to CONN_PICKS.
+    pub written: u32,
+    /// 1 if CONN_PICKS filled up: later connections were not written (nor deleted).
+    pub full: u32,
+    /// Stale connections deleted.
+    pub deleted: u32,
+    /// Entries visited, the deleted ones included.
+    pub visited: u64,
+}
+
+/// Bits of a selection record's `kind`.
+pub mod pick {
+    /// A flow that moved more than `min_moved` since the last walk.
+    pub const TOP: u32 = 1;
+    /// A flow idle past its timeout: written, then deleted from FLOWS.
+    pub const IDLE: u32 = 2;
+    /// An open connection at or above the floor.
+    pub const SLOW: u32 = 4;
+    /// A connection deleted from CONNS (closed, or below the floor): its key only.
+    pub const GONE: u32 = 16;
+}
+
+/// One record of the flow-selection walk (FLOW_PICKS).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowPick {
+    pub kind: u32,
+    pub key: FlowKey,
+    pub stats: FlowStats,
+}
+
+/// One record of the connection-selection walk (CONN_PICKS): an open connection at or
+/// above the floor (SLOW), or one the walk deleted (GONE, key only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnPick {
+    pub kind: u32,
+    pub key: ConnKey,
+    pub _pad: u32,
+    pub stats: ConnStats,
+}
+
 /// log2 bucket of a value, clamped to the last bucket.
 #[inline(always)]
 pub fn log2_bucket(v: u64) -> usize {
@@ -521,6 +648,12 @@ const _: () = {
     assert!(core::mem::size_of::<PeerTcp>() == 8 * (LOG2_BUCKETS + 6) + 2 * 16);
     assert!(core::mem::size_of::<ConnKey>() == 40);
     assert!(core::mem::size_of::<ConnStats>() == 48);
+    assert!(core::mem::size_of::<FlowWalk>() == 48 + 4 * WALK_HIST);
+    assert!(core::mem::size_of::<ConnWalk>() == 24);
+    assert!(core::mem::size_of::<FlowPick>() == 144);
+    assert!(core::mem::offset_of!(FlowPick, stats) == 48);
+    assert!(core::mem::size_of::<ConnPick>() == 96);
+    assert!(core::mem::offset_of!(ConnPick, stats) == 48);
     assert!(core::mem::size_of::<BurstKey>() == 24);
     assert!(core::mem::size_of::<SeriesStats>() == 32);
     assert!(core::mem::size_of::<SeriesSlot>() == 64);
@@ -559,11 +692,31 @@ mod pod {
     unsafe impl aya::Pod for BurstEnd {}
     unsafe impl aya::Pod for BurstSlot {}
     unsafe impl aya::Pod for RingPos {}
+    unsafe impl aya::Pod for FlowWalk {}
+    unsafe impl aya::Pod for ConnWalk {}
+    unsafe impl aya::Pod for FlowPick {}
+    unsafe impl aya::Pod for ConnPick {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn walk_buckets_bound_their_values() {
+        let mut last = 0;
+        for v in (0..5_000u64).chain([u64::MAX / 3, u64::MAX - 1, u64::MAX]) {
+            let i = walk_bucket(v);
+            assert!(i < WALK_HIST && i >= last, "{v}");
+            assert!(walk_bucket_floor(i) <= v, "{v}");
+            if i + 1 < WALK_HIST {
+                assert!(v < walk_bucket_floor(i + 1), "{v}");
+            }
+            last = i;
+        }
+        // An eighth of an octave: 1,000 falls in [960, 1024).
+        assert_eq!(walk_bucket_floor(walk_bucket(1_000)), 960);
+    }
 
     #[test]
     fn log2_buckets_cover_edges() {

@@ -8,6 +8,8 @@
 #[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
+mod select;
+#[cfg(target_arch = "bpf")]
 mod sockops;
 #[cfg(target_arch = "bpf")]
 mod tc;

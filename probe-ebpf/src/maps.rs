@@ -333,3 +333,20 @@ pub static ZERO_BURSTS: BurstHist = BurstHist {
     bytes: 0,
     duration_ns: 0,
 };
+
+/// What the selection walks (select.rs) picked, read in place by the daemon.
+#[map(name = "FLOW_PICKS")]
+pub static FLOW_PICKS: Array<probe_ebpf::FlowPick> =
+    Array::with_max_entries(probe_ebpf::PICKS_MAX, BPF_F_MMAPABLE);
+/// As large as CONNS (the loader sizes both): a walk can write every connection when their
+/// srtt are all alike, and the floor then lets every one through. The daemon maps, for each
+/// walk, only as far as the records written go.
+#[map(name = "CONN_PICKS")]
+pub static CONN_PICKS: Array<probe_ebpf::ConnPick> =
+    Array::with_max_entries(CONNS_MAX_ENTRIES, BPF_F_MMAPABLE);
+/// The flow walk's summary (one FlowWalk).
+#[map(name = "FLOW_WALK")]
+pub static FLOW_WALK: Array<probe_ebpf::FlowWalk> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+/// The connection walk's summary (one ConnWalk).
+#[map(name = "CONN_WALK")]
+pub static CONN_WALK: Array<probe_ebpf::ConnWalk> = Array::with_max_entries(1, BPF_F_MMAPABLE);

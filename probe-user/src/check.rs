@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::{
     bpf::{load::TRACEPOINTS, tc::Mode},
-    config::Config,
+    config::{Config, MapWalk},
     export::webconfig::WebConfig,
     host::{cgroup, iface, privilege, tracefs},
     model::score::Bound,
@@ -132,8 +132,9 @@ fn host(r: &mut Report, cfg: &Config) -> bool {
                 MIN_KERNEL.0, MIN_KERNEL.1
             ),
         ),
-        _ => r.add(Level::Ok, "kernel", release),
+        _ => r.add(Level::Ok, "kernel", release.clone()),
     }
+    map_walk(r, cfg, kernel_version(&release));
     if Path::new("/sys/kernel/btf/vmlinux").is_file() {
         r.add(Level::Ok, "BTF", "/sys/kernel/btf/vmlinux");
     } else {
@@ -163,6 +164,28 @@ fn host(r: &mut Report, cfg: &Config) -> bool {
         ),
     }
     sys_admin
+}
+
+/// How the flow and connection maps would be walked (`[maps] walk`).
+fn map_walk(r: &mut Report, cfg: &Config, kernel: Option<(u32, u32)>) {
+    match cfg.maps.walk {
+        MapWalk::Batch => r.add(
+            Level::Ok,
+            "map walk",
+            "batch lookups of every entry ([maps] walk = \"batch\")",
+        ),
+        // bpf_for_each_map_elem, which the selection programs call.
+        MapWalk::Select if kernel.is_some_and(|v| v < (5, 13)) => r.add(
+            Level::Warn,
+            "map walk",
+            "the selection programs need Linux >= 5.13 (bpf_for_each_map_elem): probe run would walk the maps with batch lookups of every entry",
+        ),
+        MapWalk::Select => r.add(
+            Level::Ok,
+            "map walk",
+            "selected in the kernel (programs select_flows, select_conns, run on demand); batch lookups if the kernel refuses them",
+        ),
+    }
 }
 
 /// tracefs, without mounting it, and the tracepoints whose formats it has.

@@ -157,6 +157,20 @@ pub struct MapSizes {
     /// of possible CPUs (`MapSizes::peer_slots_for`). Peers beyond them go to the per-CPU
     /// TCP map, at a higher cost per round trip.
     pub peer_slots: u32,
+    /// How the flow and connection maps are walked every `flow_scan`.
+    pub walk: MapWalk,
+}
+
+/// How the flow and connection maps are walked (`[maps] walk`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MapWalk {
+    /// Map-element iterators pick in the kernel what the daemon keeps (kernel >= 5.9 with
+    /// BTF); batch lookups where the kernel refuses them.
+    #[default]
+    Select,
+    /// Batch lookups copy every entry to user space.
+    Batch,
 }
 
 impl Default for MapSizes {
@@ -168,6 +182,7 @@ impl Default for MapSizes {
             burst_events_bytes_per_cpu: 0,
             series_slots: 0,
             peer_slots: 0,
+            walk: MapWalk::Select,
         }
     }
 }

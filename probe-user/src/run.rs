@@ -144,7 +144,9 @@ async fn serve(
         std::mem::take(&mut loaded.drop_reasons),
         cfg.flow_scan_ticks(),
         cfg.features.events_per_peer,
+        loaded.hooks.map_select,
     )?;
+    loaded.hooks.map_select = collector.selects_in_kernel();
     let mut sources = Sources::new(
         collector,
         handle.clone(),

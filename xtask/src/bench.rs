@@ -198,6 +198,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             idle: args.idle_flows,
             interval_ms: 1000,
             tick_ms: args.tick_ms.max(1),
+            walk: "select",
         };
         let hot = flows::FlowOpts {
             conns: args.hot_flows,
@@ -205,7 +206,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             interval_ms: args.hot_interval_ms,
             ..many.clone()
         };
-        for o in [many, hot].iter().filter(|o| o.conns > 0) {
+        // The walk the kernel selection replaced, at the bars' load, for the ratio.
+        let batch = flows::FlowOpts {
+            walk: "batch",
+            ..many.clone()
+        };
+        for o in [many, batch, hot].iter().filter(|o| o.conns > 0) {
             rep.flows.push(flows::run(&pair, &bin, flowgen, o)?);
         }
     }

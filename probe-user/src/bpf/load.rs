@@ -5,13 +5,13 @@ use std::{collections::HashMap, fs::File, os::fd::OwnedFd, path::Path};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
-    programs::{links::CgroupAttachMode, SockOps, TracePoint},
+    programs::{links::CgroupAttachMode, RawTracePoint, SockOps, TracePoint},
     Ebpf, EbpfLoader,
 };
 use probe_ebpf::{globals, names};
 
 use crate::{
-    config::Config,
+    config::{Config, MapWalk},
     host::{
         cgroup,
         tracefs::{self, EventFormat},
@@ -37,6 +37,10 @@ pub struct Hooks {
     pub kfree_skb: bool,
     pub qdisc: bool,
     pub bpf_stats: bool,
+    /// `[maps] walk` asked for the selection iterators.
+    pub map_select_wanted: bool,
+    /// The selection iterators loaded (the collector links them to their maps).
+    pub map_select: bool,
 }
 
 pub struct Loaded {
@@ -64,6 +68,15 @@ impl Loaded {
         let mut ebpf = load_object(cfg, &tp)?;
         let mut hooks = attach(&mut ebpf, tp.results, cfg.cgroup.as_deref());
         let stats = enable_stats(&mut hooks);
+        if cfg.maps.walk == MapWalk::Select {
+            hooks.map_select_wanted = true;
+            match load_selection(&mut ebpf) {
+                Ok(()) => hooks.map_select = true,
+                Err(e) => tracing::warn!(
+                    "the flow and connection maps are walked with batch lookups (every entry copied): {e:#}"
+                ),
+            }
+        }
         Ok(Self {
             ebpf,
             hooks,
@@ -125,6 +138,7 @@ fn load_object(cfg: &Config, tp: &TracepointOffsets) -> Result<Ebpf> {
     let burst_shift = burst_records.trailing_zeros();
     let cpus_u32 = u32::try_from(cpus).context("more CPUs than a map can index")?;
     let mut loader = loader_without_kernel_btf();
+    loader.verifier_log_level(aya::VerifierLogLevel::VERBOSE | aya::VerifierLogLevel::STATS); // TEMP
     loader
         .override_global(globals::BURST_GAP_NS, &gap_ns, true)
         .override_global(globals::SERIES_SLOTS_MASK, &slots_mask, true)
@@ -133,6 +147,7 @@ fn load_object(cfg: &Config, tp: &TracepointOffsets) -> Result<Ebpf> {
         .map_max_entries(names::PEER_SLOTS, peer_slots)
         .map_max_entries(names::FLOWS, cfg.maps.flows)
         .map_max_entries(names::CONNS, cfg.maps.conns)
+        .map_max_entries(names::CONN_PICKS, cfg.maps.conns)
         .map_max_entries(names::PEER_TCP, cfg.maps.peers_for(cpus))
         .override_global(globals::BURST_EVENTS_SHIFT, &burst_shift, true)
         .override_global(globals::STORES_ARE_ORDERED, &STORES_ARE_ORDERED, true)
@@ -325,6 +340,22 @@ pub const TRACEPOINTS: [Tracepoint; 3] = [
         host_wide: false,
     },
 ];
+
+/// Loads the two selection programs (bpf::select runs them; no kernel BTF needed: they
+/// attach nowhere).
+pub fn load_selection(ebpf: &mut Ebpf) -> Result<()> {
+    for program in [names::FLOW_SELECT, names::CONN_SELECT] {
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut(program)
+            .with_context(|| format!("program {program} missing from the object"))?
+            .try_into()?;
+        prog.load().map_err(|e| {
+            tracing::debug!("{e}");
+            anyhow!("kernel rejected {program}: {}", first_line(e))
+        })?;
+    }
+    Ok(())
+}
 
 fn attach_sock_ops(ebpf: &mut Ebpf, scope: Option<&Path>) -> Result<String> {
     let root = cgroup::sock_ops_cgroup(scope)?;

@@ -1,6 +1,7 @@
 //! Loading the eBPF object and attaching its programs to the kernel.
 pub mod load;
 pub mod log;
+pub mod select;
 pub mod tc;
 
 pub use load::{Hooks, Loaded};

@@ -3,64 +3,13 @@
 //! and reads in place. A read copies each CPU's records between its tail and its head, then
 //! moves the tail: no syscall, and one store per CPU per read rather than one per record.
 //! The protocol is in probe_ebpf::RingPos.
-use std::{
-    os::fd::AsFd,
-    ptr::NonNull,
-    sync::atomic::{AtomicU64, Ordering},
-};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{bail, Context as _, Result};
+
+use super::mapping::Mapping;
 use aya::maps::MapData;
 use probe_ebpf::{BurstSlot, RingPos};
-
-/// A shared mapping of an mmapable BPF array's values, unmapped on drop. The mapping keeps
-/// the map alive by itself (the kernel holds a reference for it), so no fd is kept.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; BurstRing's methods take &mut self, and the
-// kernel side synchronises through RingPos (atomics below).
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn new(map: &MapData, bytes: usize, writable: bool) -> Result<Self> {
-        if bytes == 0 {
-            bail!("an empty map cannot be mapped");
-        }
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        let fd = map.fd().as_fd();
-        // SAFETY: a fresh shared mapping of the map's fd; the kernel checks its size against
-        // the map's (page-rounded) values and refuses a map that is not mmapable.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                prot,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mmap of a BPF array");
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).context("mmap returned null")?;
-        Ok(Self { ptr, len: bytes })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in new(), unmapped once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
 
 pub struct BurstRing {
     slots: Mapping,

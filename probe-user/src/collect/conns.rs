@@ -14,12 +14,39 @@
 //! floor (the slow tail got faster by more than a quarter between two walks, or the host has
 //! few connections), the list is short for that walk and the next floor is 0: every
 //! connection is tracked until the next walk.
+//!
+//! Where the kernel has map-element iterators the walk is selected in the kernel
+//! (probe-ebpf iter.rs): the iterator writes only the open connections at or above the
+//! floor and deletes the stale entries itself; else every entry is copied with batch
+//! lookups and the stale ones deleted with a batch delete.
 use aya::maps::{Array, HashMap, MapData};
-use probe_ebpf::{ConnKey, ConnStats, TCP_CLOSE};
+use probe_ebpf::{pick, ConnKey, ConnPick, ConnStats, TCP_CLOSE};
 use rustc_hash::FxHashSet;
 
 use super::readings::{ip_from_abi, peer_label, ConnDetail};
-use super::{batch::MapReader, top::TopN};
+use super::{batch::MapReader, mapping::Mapping, top::TopN};
+use crate::bpf::select::Walk;
+
+/// The connection-selection walk (bpf::select) and where it writes, read in place.
+pub struct ConnSelect {
+    walk: Walk,
+    /// CONN_PICKS, as large as CONNS: mapped for each walk as far as the records written
+    /// go, as a mapping of all of it would keep 6 MiB (at 65,536 connections) resident in
+    /// the daemon (the kernel maps a BPF array's pages when it is mapped). A batch lookup
+    /// of the records cost 250 ns each.
+    picks: MapData,
+    summary: Mapping,
+}
+
+impl ConnSelect {
+    pub fn new(walk: Walk, picks: MapData, summary: &MapData) -> anyhow::Result<Self> {
+        Ok(Self {
+            walk,
+            picks,
+            summary: Mapping::new(summary, std::mem::size_of::<probe_ebpf::ConnWalk>(), false)?,
+        })
+    }
+}
 
 /// Connections reported in the snapshot's slow_connections.
 const TOP_CONNECTIONS: usize = 32;
@@ -39,6 +66,8 @@ pub struct ConnWalk {
     slow: Vec<ConnDetail>,
     /// Open connections the full LRU map evicted, cumulative.
     evictions: u64,
+    /// The connection-selection walk, when the kernel runs it.
+    select: Option<ConnSelect>,
 }
 
 impl ConnWalk {
@@ -56,7 +85,18 @@ impl ConnWalk {
             next: FxHashSet::default(),
             slow: Vec::new(),
             evictions: 0,
+            select: None,
         }
+    }
+
+    /// Walks through the in-kernel selection from now on (see the module's comment).
+    pub fn select_in_kernel(&mut self, select: ConnSelect) {
+        self.select = Some(select);
+    }
+
+    /// Whether walks select in the kernel (false: batch lookups of every entry).
+    pub fn selects_in_kernel(&self) -> bool {
+        self.select.is_some()
     }
 
     /// Open connections the full map evicted since start (seen as an open connection that
@@ -82,31 +122,80 @@ impl ConnWalk {
 
     fn scan(&mut self) {
         let mut slow = TopN::new(TOP_CONNECTIONS);
-        let mut closed = Vec::new();
-        let mut stale = Vec::new();
-        let floor = self.floor;
         let (last, kept) = (&mut self.open, &mut self.next);
         kept.clear();
-        let conns = &self.conns;
-        self.reader.for_each(
-            || conns.iter().filter_map(Result::ok).collect(),
-            |k, c| {
-                let id = conn_id(k);
-                last.remove(&id);
-                if c.state == TCP_CLOSE {
-                    closed.push(*k);
-                    return;
+        // Seen: not evicted, whatever this walk does with it.
+        let mut keep = |k: &ConnKey, c: &ConnStats| {
+            kept.insert(conn_id(k));
+            if c.srtt_us > 0 {
+                slow.push(c.srtt_us.into(), (*k, *c));
+            }
+        };
+        let mut selected = false;
+        if let Some(sel) = &mut self.select {
+            // The walk deleted the stale entries (closed, or below the floor) after writing
+            // their keys (GONE), and wrote the others (SLOW).
+            let read = sel.walk.run(&[u64::from(self.floor)]).and_then(|_| {
+                // SAFETY: CONN_WALK's value, mapped whole; the run has returned.
+                let w: probe_ebpf::ConnWalk =
+                    unsafe { std::ptr::read_volatile(sel.summary.ptr.as_ptr().cast()) };
+                if w.full != 0 {
+                    // Only if CONNS held more entries than its size while the walk ran.
+                    tracing::debug!(
+                        "CONN_PICKS filled up: some connections wait for the next walk"
+                    );
                 }
-                if c.srtt_us < floor {
-                    stale.push(*k);
-                    return;
+                let written = w.written as usize;
+                if written == 0 {
+                    return Ok(());
                 }
-                kept.insert(id);
-                if c.srtt_us > 0 {
-                    slow.push(c.srtt_us.into(), (*k, *c));
+                let map =
+                    Mapping::new(&sel.picks, written * std::mem::size_of::<ConnPick>(), false)
+                        .map_err(std::io::Error::other)?;
+                let recs = map.ptr.as_ptr().cast::<ConnPick>();
+                for i in 0..written {
+                    // SAFETY: within the mapping, which holds the `written` records the run
+                    // wrote.
+                    let r: ConnPick = unsafe { std::ptr::read_volatile(recs.add(i)) };
+                    last.remove(&conn_id(&r.key));
+                    if r.kind & pick::SLOW != 0 {
+                        keep(&r.key, &r.stats);
+                    }
                 }
-            },
-        );
+                Ok(())
+            });
+            match read {
+                Ok(()) => selected = true,
+                Err(e) => {
+                    tracing::warn!(
+                        "the connection-selection walk failed ({e}); walking CONNS with batch lookups from now on"
+                    );
+                    self.select = None;
+                }
+            }
+        }
+        let mut closed = Vec::new();
+        if !selected {
+            let mut stale = Vec::new();
+            let floor = self.floor;
+            let conns = &self.conns;
+            self.reader.for_each(
+                || conns.iter().filter_map(Result::ok).collect(),
+                |k, c| {
+                    last.remove(&conn_id(k));
+                    if c.state == TCP_CLOSE {
+                        closed.push(*k);
+                        return;
+                    }
+                    if c.srtt_us < floor {
+                        stale.push(*k);
+                        return;
+                    }
+                    keep(k, c);
+                },
+            );
+            closed.append(&mut stale);
+        }
         // A connection the last walk kept and this one did not see at all was evicted by the
         // full LRU map (its next round trip at or above the floor inserts it again, evicting
         // another). Evictions between two reads of a connection are not seen: a lower bound.
@@ -115,7 +204,6 @@ impl ConnWalk {
         // Closed connections were read one last time above, and entries below the floor are
         // stale: free their slots (thousands a walk at the bench's 10,000 connections, as
         // connections cross the floor).
-        closed.append(&mut stale);
         let conns = &mut self.conns;
         self.reader.delete(&closed, |k| {
             let _ = conns.remove(k);

@@ -114,6 +114,10 @@ impl Sources {
         })
         .await
         .map_err(|e| anyhow!("collector thread failed: {e}"))?;
+        // A selection walk that failed turned its map back to batch lookups.
+        if let Some(h) = self.hooks.iter_mut().find(|h| h.hook == "map_select") {
+            h.attached = c.selects_in_kernel();
+        }
         self.collector = Some(c);
         self.sockets = q;
         status.push(maps);
@@ -234,6 +238,8 @@ fn hook_status(h: &Hooks) -> Vec<HookStatus> {
         ("kfree_skb", h.kfree_skb, !h.scoped),
         ("qdisc_sojourn", h.qdisc, true),
         ("bpf_stats", h.bpf_stats, true),
+        // Walking with batch lookups is the configured choice, not a missing hook.
+        ("map_select", h.map_select, h.map_select_wanted),
     ]
     .into_iter()
     .filter(|&(_, _, wanted)| wanted)

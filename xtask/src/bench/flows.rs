@@ -31,12 +31,17 @@ pub struct FlowOpts {
     pub interval_ms: u64,
     /// The daemon's tick.
     pub tick_ms: u64,
+    /// `[maps] walk` of the daemon: "select" (the default) or "batch", the walk it replaced,
+    /// run in the same bench for the ratio.
+    pub walk: &'static str,
 }
 
 /// What the phase measured.
 #[derive(Debug, Default)]
 pub struct Flows {
     pub conns: usize,
+    /// `[maps] walk` of the daemon.
+    pub walk: &'static str,
     pub peers: u8,
     pub idle: bool,
     pub interval_ms: u64,
@@ -226,12 +231,17 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     )?;
     wait_line(&mut server, "listening", Duration::from_secs(10))?;
 
-    let mut probe = Probe::try_start(
-        &pair.a,
-        ProbeOpts::iface(&pair.veth_a)
-            .bin(bin)
-            .tick(&format!("{}ms", o.tick_ms)),
-    )?;
+    let mut opts = ProbeOpts::iface(&pair.veth_a)
+        .bin(bin)
+        .tick(&format!("{}ms", o.tick_ms));
+    // Kept until the phase ends: the daemon reads it at start only, but a failed start's
+    // message may name it.
+    let config = std::env::temp_dir().join(format!("probe-bench-walk-{}.toml", std::process::id()));
+    std::fs::write(&config, format!("[maps]\nwalk = \"{}\"\n", o.walk))?;
+    opts.extra
+        .extend(["--config".to_owned(), config.display().to_string()]);
+    let mut probe = Probe::try_start(&pair.a, opts)?;
+    let _ = std::fs::remove_file(&config);
     let pid = probe.pid();
     // The floor, on the other end of the same veth: the same packets, in the other direction.
     let (nop, mut nop_error) = match NopTc::attach(&pair.b, &pair.veth_b) {
@@ -362,6 +372,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
         .collect();
     Ok(Flows {
         conns: o.conns,
+        walk: o.walk,
         peers: o.peers,
         idle: o.idle,
         interval_ms: o.interval_ms,
