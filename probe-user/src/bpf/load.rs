@@ -138,7 +138,6 @@ fn load_object(cfg: &Config, tp: &TracepointOffsets) -> Result<Ebpf> {
     let burst_shift = burst_records.trailing_zeros();
     let cpus_u32 = u32::try_from(cpus).context("more CPUs than a map can index")?;
     let mut loader = loader_without_kernel_btf();
-    loader.verifier_log_level(aya::VerifierLogLevel::VERBOSE | aya::VerifierLogLevel::STATS); // TEMP
     loader
         .override_global(globals::BURST_GAP_NS, &gap_ns, true)
         .override_global(globals::SERIES_SLOTS_MASK, &slots_mask, true)
