@@ -552,10 +552,9 @@ pub struct FlowWalk {
     pub written: u32,
     /// Entries visited, the deleted ones included.
     pub visited: u64,
-    /// Idle flows deleted.
-    pub deleted: u32,
     /// 1 if FLOW_PICKS filled up: later picks were not written (nor idle flows deleted).
     pub full: u32,
+    pub _pad: u32,
     /// Flows that moved, by walk_bucket of the bytes they moved: where the threshold of a
     /// run that found too few or too many candidates should have been. Zeroed by the
     /// daemon before each run.
@@ -571,8 +570,8 @@ impl Default for FlowWalk {
             epoch: 0,
             written: 0,
             visited: 0,
-            deleted: 0,
             full: 0,
+            _pad: 0,
             hist: [0; WALK_HIST],
         }
     }
@@ -588,10 +587,6 @@ pub struct ConnWalk {
     pub written: u32,
     /// 1 if CONN_PICKS filled up: later connections were not written (nor deleted).
     pub full: u32,
-    /// Stale connections deleted.
-    pub deleted: u32,
-    /// Entries visited, the deleted ones included.
-    pub visited: u64,
 }
 
 /// Bits of a selection record's `kind`.
@@ -603,7 +598,7 @@ pub mod pick {
     /// An open connection at or above the floor.
     pub const SLOW: u32 = 4;
     /// A connection deleted from CONNS (closed, or below the floor): its key only.
-    pub const GONE: u32 = 16;
+    pub const GONE: u32 = 8;
 }
 
 /// One record of the flow-selection walk (FLOW_PICKS).
@@ -649,7 +644,7 @@ const _: () = {
     assert!(core::mem::size_of::<ConnKey>() == 40);
     assert!(core::mem::size_of::<ConnStats>() == 48);
     assert!(core::mem::size_of::<FlowWalk>() == 48 + 4 * WALK_HIST);
-    assert!(core::mem::size_of::<ConnWalk>() == 24);
+    assert!(core::mem::size_of::<ConnWalk>() == 12);
     assert!(core::mem::size_of::<FlowPick>() == 144);
     assert!(core::mem::offset_of!(FlowPick, stats) == 48);
     assert!(core::mem::size_of::<ConnPick>() == 96);

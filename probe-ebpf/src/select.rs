@@ -94,7 +94,6 @@ extern "C" fn flow_pick(
         w.written += 1;
         if kind & pick::IDLE != 0 {
             let _ = FLOWS.remove(k);
-            w.deleted += 1;
         }
     }
     0
@@ -109,17 +108,14 @@ pub fn select_flows(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     // SAFETY: the run's context holds four u64s (the kernel checks its size against the
-    // reads); w is FLOW_WALK's value.
+    // reads); w is FLOW_WALK's value, which the daemon zeroed before the run (its histogram
+    // is too large to zero here).
     unsafe {
         let w = &mut *w;
         w.now_ns = *args;
         w.idle_timeout_ns = *args.add(1);
         w.min_moved = *args.add(2);
         w.epoch = *args.add(3) as u32;
-        w.written = 0;
-        w.visited = 0;
-        w.deleted = 0;
-        w.full = 0;
         bpf_for_each_map_elem(
             &FLOWS as *const _ as *mut c_void,
             flow_pick as *mut c_void,
@@ -144,7 +140,6 @@ extern "C" fn conn_pick(
         let w = &mut *w;
         let k = &*(key as *const ConnKey);
         let c = &*(value as *const ConnStats);
-        w.visited += 1;
         // As the batch walk (conns.rs): closed connections and those below the floor are
         // stale: written as GONE (key only), then deleted.
         let kind = if c.state == TCP_CLOSE || c.srtt_us < w.floor {
@@ -164,7 +159,6 @@ extern "C" fn conn_pick(
         w.written += 1;
         if kind == pick::GONE {
             let _ = CONNS.remove(k);
-            w.deleted += 1;
         }
     }
     0
@@ -184,8 +178,6 @@ pub fn select_conns(ctx: RawTracePointContext) -> i32 {
         w.floor = *args as u32;
         w.written = 0;
         w.full = 0;
-        w.deleted = 0;
-        w.visited = 0;
         bpf_for_each_map_elem(
             &CONNS as *const _ as *mut c_void,
             conn_pick as *mut c_void,

@@ -165,8 +165,8 @@ pub struct MapSizes {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MapWalk {
-    /// Map-element iterators pick in the kernel what the daemon keeps (kernel >= 5.9 with
-    /// BTF); batch lookups where the kernel refuses them.
+    /// Programs in the kernel pick what the daemon keeps (bpf::select, Linux >= 5.13); batch
+    /// lookups where the kernel refuses them.
     #[default]
     Select,
     /// Batch lookups copy every entry to user space.

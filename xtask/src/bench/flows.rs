@@ -234,8 +234,7 @@ pub fn run(pair: &Pair, bin: &str, flowgen: &Path, o: &FlowOpts) -> Result<Flows
     let mut opts = ProbeOpts::iface(&pair.veth_a)
         .bin(bin)
         .tick(&format!("{}ms", o.tick_ms));
-    // Kept until the phase ends: the daemon reads it at start only, but a failed start's
-    // message may name it.
+    // The daemon reads it at start only: removed once it is up.
     let config = std::env::temp_dir().join(format!("probe-bench-walk-{}.toml", std::process::id()));
     std::fs::write(&config, format!("[maps]\nwalk = \"{}\"\n", o.walk))?;
     opts.extra
