@@ -10,7 +10,7 @@ use crate::{
     bpf::{load::TRACEPOINTS, tc::Mode},
     config::{Config, MapWalk},
     export::webconfig::WebConfig,
-    host::{cgroup, iface, privilege, tracefs},
+    host::{cgroup, iface, jobs, privilege, tracefs},
     model::score::Bound,
 };
 
@@ -163,7 +163,36 @@ fn host(r: &mut Report, cfg: &Config) -> bool {
             format!("{e:#}; per-connection RTT would be off"),
         ),
     }
+    training_jobs(r, cfg);
     sys_admin
+}
+
+/// How each connection's training job would be found (docs/job.md).
+fn training_jobs(r: &mut Report, cfg: &Config) {
+    let j = &cfg.jobs;
+    let line = match &cfg.training_job {
+        Some(name) => format!("every connection's is {name:?} (--training-job)"),
+        None if !j.builtin && j.from_cgroup.is_empty() => {
+            "none: jobs.builtin = false and no job_from_cgroup".to_owned()
+        }
+        None => {
+            let mut ways: Vec<String> = j
+                .from_cgroup
+                .iter()
+                .map(|p| format!("{:?}", p.to_string()))
+                .collect();
+            if j.builtin {
+                let pods = jobs::pod_names(&j.pod_logs).len();
+                ways.push(format!(
+                    "Kubernetes pods ({pods} pod log directories in {})",
+                    j.pod_logs.display()
+                ));
+                ways.push("Slurm jobs".to_owned());
+            }
+            format!("from each socket's cgroup: {}", ways.join(", then "))
+        }
+    };
+    r.add(Level::Ok, "training jobs", line);
 }
 
 /// How the flow and connection maps would be walked (`[maps] walk`).

@@ -6,7 +6,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
-use crate::duration::parse_duration;
+use crate::{duration::parse_duration, pathpattern::PathPattern};
 
 /// The flags of `probe run`: each overrides the config file's key.
 #[derive(Args, Debug, Default, Clone)]
@@ -119,6 +119,8 @@ pub struct Config {
     pub training_job: Option<String>,
     /// Scope: the cgroup whose sockets sock_ops watches (None: the whole host).
     pub cgroup: Option<PathBuf>,
+    /// How each connection's training job is found from its socket's cgroup (`[jobs]`).
+    pub jobs: JobSettings,
     /// The feature stage; its `tick` follows `tick`.
     pub features: FeatureConfig,
 }
@@ -262,7 +264,32 @@ impl Default for Config {
             bpf_log: false,
             training_job: None,
             cgroup: None,
+            jobs: JobSettings::default(),
             features: FeatureConfig::default(),
+        }
+    }
+}
+
+/// `[jobs]`: a connection's training job from its socket's cgroup path (docs/job.md).
+#[derive(Debug, Clone)]
+pub struct JobSettings {
+    /// Templates tried before the built-in layouts (`job_from_cgroup`).
+    pub from_cgroup: Vec<PathPattern>,
+    /// Whether the built-in layouts (Kubernetes pods, Slurm jobs) are tried.
+    pub builtin: bool,
+    /// The kubelet's pod log directories (`<namespace>_<pod>_<uid>`), which name a pod.
+    pub pod_logs: PathBuf,
+    /// Jobs with their own series at most; the rest are counted (probe_jobs_folded).
+    pub max_jobs: usize,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        Self {
+            from_cgroup: Vec::new(),
+            builtin: true,
+            pod_logs: PathBuf::from("/var/log/pods"),
+            max_jobs: 16,
         }
     }
 }
@@ -282,10 +309,20 @@ struct FileConfig {
     job_model: Option<PathBuf>,
     training_job: Option<String>,
     cgroup: Option<PathBuf>,
+    job_from_cgroup: Option<Vec<String>>,
+    jobs: Option<FileJobs>,
     interfaces: Option<FileInterfaces>,
     maps: Option<MapSizes>,
     rdma: Option<FileRdma>,
     features: Option<FileFeatures>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileJobs {
+    builtin: Option<bool>,
+    pod_logs: Option<PathBuf>,
+    max_jobs: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -428,6 +465,16 @@ impl Config {
         if let Some(v) = f.cgroup {
             self.cgroup = Some(v);
         }
+        if let Some(ps) = f.job_from_cgroup {
+            self.jobs.from_cgroup = ps
+                .iter()
+                .map(|p| PathPattern::parse(p))
+                .collect::<Result<_>>()
+                .map_err(|e| anyhow::anyhow!("key `job_from_cgroup`: {e}"))?;
+        }
+        if let Some(j) = f.jobs {
+            self.apply_jobs(j)?;
+        }
         if let Some(i) = f.interfaces {
             self.include = i.include;
             self.exclude = i.exclude;
@@ -462,6 +509,22 @@ impl Config {
             if let Some(v) = f.max_entities {
                 self.features.max_entities = v;
             }
+        }
+        Ok(())
+    }
+
+    fn apply_jobs(&mut self, j: FileJobs) -> Result<()> {
+        if let Some(v) = j.builtin {
+            self.jobs.builtin = v;
+        }
+        if let Some(v) = j.pod_logs {
+            self.jobs.pod_logs = v;
+        }
+        if let Some(v) = j.max_jobs {
+            if !(1..=1024).contains(&v) {
+                bail!("key `jobs.max_jobs`: {v} is out of range (1 to 1024)");
+            }
+            self.jobs.max_jobs = v;
         }
         Ok(())
     }

@@ -8,7 +8,9 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::{
-    collect::readings::{BurstSeries, FlowSeries, Histogram, PeerSeries, Readings},
+    collect::readings::{
+        BurstSeries, FlowSeries, Histogram, JobPeer, JobSeries, PeerSeries, Readings,
+    },
     config::Config,
     counter::Change,
     observe::{self, Observation},
@@ -65,6 +67,25 @@ pub struct PeerFolder {
     other_bursts: HashMap<(String, &'static str), BurstSeries>,
 }
 
+/// A job's peers without their own series become its one "other" peer (gauges: summed).
+fn fold_job_peers(job: &mut JobSeries, members: &HashMap<String, u64>) {
+    let mut other: Option<JobPeer> = None;
+    job.peers.retain(|p| {
+        if members.contains_key(&p.peer) {
+            return true;
+        }
+        let o = other.get_or_insert_with(|| JobPeer {
+            peer: OTHER.into(),
+            ..JobPeer::default()
+        });
+        o.connections += p.connections;
+        o.receive_queue_bytes += p.receive_queue_bytes;
+        o.send_queue_bytes += p.send_queue_bytes;
+        false
+    });
+    job.peers.extend(other);
+}
+
 /// What a cumulative histogram gained since `before`; all of it if the series is new or
 /// restarted (as [`Change::increase`] reads a counter).
 fn since(now: &Histogram, before: Option<&Histogram>) -> Histogram {
@@ -104,6 +125,9 @@ impl PeerFolder {
         snap.flows = self.fold_flows(std::mem::take(&mut snap.flows), &members, &mut folded);
         snap.peers = self.fold_peers(std::mem::take(&mut snap.peers), &members, &mut folded);
         snap.bursts = self.fold_bursts(std::mem::take(&mut snap.bursts), &members, &mut folded);
+        for j in &mut snap.jobs {
+            fold_job_peers(j, &members);
+        }
         self.members = members;
         snap.peers_folded = folded.len() as u64;
     }
@@ -360,6 +384,31 @@ mod tests {
         assert_eq!(bytes_of(&s, "c"), Some(70_000));
         assert_eq!(bytes_of(&s, "b"), None);
         assert!(bytes_of(&s, OTHER).unwrap() >= last_other);
+    }
+
+    #[test]
+    fn a_jobs_peers_without_a_series_fold_into_its_other() {
+        let mut f = PeerFolder::new(1, 3);
+        let peer = |p: &str, rq| JobPeer {
+            peer: p.into(),
+            connections: 1,
+            receive_queue_bytes: rq,
+            send_queue_bytes: 0,
+        };
+        let mut s = snap(vec![flow("a", 9000), flow("c", 1000)]);
+        s.jobs = vec![JobSeries {
+            name: "llm".into(),
+            peers: vec![peer("a", 1), peer("c", 2), peer("d", 4)],
+            ..JobSeries::default()
+        }];
+        f.apply(&mut s);
+        let o = JobPeer {
+            peer: OTHER.into(),
+            connections: 2,
+            receive_queue_bytes: 6,
+            send_queue_bytes: 0,
+        };
+        assert_eq!(s.jobs[0].peers, [peer("a", 1), o]);
     }
 
     #[test]

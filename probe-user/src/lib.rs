@@ -31,6 +31,7 @@ pub mod host;
 pub mod lifecycle;
 pub mod model;
 pub mod observe;
+pub mod pathpattern;
 pub mod pipeline;
 pub mod record;
 pub mod run;

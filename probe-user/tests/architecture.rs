@@ -14,7 +14,7 @@ use std::{
 /// each other.
 const LAYERS: &[&[&str]] = &[
     // Utilities: no domain knowledge.
-    &["stats", "duration", "counter", "apiclient"],
+    &["stats", "duration", "counter", "apiclient", "pathpattern"],
     // Every setting, typed and checked; each stage takes its own part.
     &["config"],
     // The host and the kernel side: questions about the host, loading and attaching programs.

@@ -9,6 +9,7 @@ pub mod conns;
 pub mod delta;
 pub mod drops;
 pub mod flows;
+pub mod jobs;
 pub mod mapping;
 pub mod netlink;
 pub mod progstats;

@@ -47,6 +47,10 @@ pub struct Readings {
     pub map_full: Vec<MapFull>,
     /// Peers whose traffic is folded into peer="other" (beyond the top-K).
     pub peers_folded: u64,
+    /// The training jobs whose connections the socket dump found (collect/jobs.rs), by name.
+    pub jobs: Vec<JobSeries>,
+    /// Jobs past `jobs.max_jobs` at the last dump: their sockets have no job.
+    pub jobs_folded: u64,
     pub rdma: Option<Arc<RdmaSnapshot>>,
     /// The flows that moved the most bytes per tick between the last two walks of the flow
     /// map, with their burst state.
@@ -208,6 +212,31 @@ pub struct PeerSeries {
     /// `tcpi_bytes_acked`, `tcpi_bytes_received`).
     pub socket_sent_bytes: u64,
     pub socket_received_bytes: u64,
+}
+
+/// One training job on this host: its ranks here, the addresses its sockets use, and the
+/// peers they talk to, from the last socket dump.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct JobSeries {
+    pub name: String,
+    /// The ranks its cgroups name, sorted (empty: the layout gives none).
+    pub ranks: Vec<String>,
+    /// How the job was found: `kubernetes`, `slurm`, `pattern` or `flag`.
+    pub source: &'static str,
+    /// Local addresses of its established sockets: how other hosts' probes name it.
+    pub addresses: Vec<String>,
+    /// Its peers, sorted by label (after the fold: those without a series are "other").
+    pub peers: Vec<JobPeer>,
+}
+
+/// What one job's established sockets to one peer hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct JobPeer {
+    pub peer: String,
+    pub connections: u32,
+    /// Unread (Recv-Q) and unacknowledged (Send-Q) bytes, summed over its sockets.
+    pub receive_queue_bytes: u64,
+    pub send_queue_bytes: u64,
 }
 
 /// A cumulative histogram: `buckets` holds (upper bound, count of samples <= bound).

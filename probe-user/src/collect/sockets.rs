@@ -30,7 +30,10 @@ use netlink_packet_sock_diag::{
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 use rustc_hash::FxHashMap;
 
-use super::readings::{peer_label, PeerSeries};
+use super::{
+    jobs::JobTally,
+    readings::{peer_label, JobSeries, PeerSeries},
+};
 
 /// The attribute that carries a socket's cgroup v2 id (linux/inet_diag.h; kernels >= 5.7).
 const INET_DIAG_CGROUP_ID: u16 = 21;
@@ -92,6 +95,9 @@ pub struct SocketQueues {
     /// Bytes carried per peer (cumulative), and by label for the series.
     carried: FxHashMap<IpAddr, Carried>,
     carried_by_label: FxHashMap<String, Carried>,
+    /// Each socket's job, when jobs are found (collect/jobs.rs), and the last read's jobs.
+    jobs: Option<JobTally>,
+    last_jobs: (Vec<JobSeries>, u64),
 }
 
 /// The cgroup id of a cgroup v2 directory: its inode number.
@@ -102,7 +108,7 @@ pub fn cgroup_id(dir: &Path) -> Result<u64> {
 }
 
 impl SocketQueues {
-    pub fn new(cgroup: Option<u64>) -> Result<Self> {
+    pub fn new(cgroup: Option<u64>, jobs: Option<JobTally>) -> Result<Self> {
         let mut socket = Socket::new(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")?;
         socket.bind_auto().context("binding the sock_diag socket")?;
         socket
@@ -121,6 +127,8 @@ impl SocketQueues {
             reads: 0,
             carried: FxHashMap::default(),
             carried_by_label: FxHashMap::default(),
+            jobs,
+            last_jobs: (Vec::new(), 0),
         })
     }
 
@@ -132,6 +140,9 @@ impl SocketQueues {
     pub fn read(&mut self) -> Result<&FxHashMap<IpAddr, Queues>> {
         self.peers.clear();
         self.seen_now.clear();
+        if let Some(j) = &mut self.jobs {
+            j.begin();
+        }
         for (family, file, tag) in [
             (AF_INET, "/proc/net/sockstat", "TCP:"),
             (AF_INET6, "/proc/net/sockstat6", "TCP6:"),
@@ -143,7 +154,15 @@ impl SocketQueues {
                 .with_context(|| format!("sock_diag dump of TCP sockets (family {family})"))?;
         }
         self.count_carried();
+        if let Some(j) = &self.jobs {
+            self.last_jobs = j.finish();
+        }
         Ok(&self.peers)
+    }
+
+    /// The training jobs of the last read, and how many were past the cap.
+    pub fn jobs(&self) -> (&[JobSeries], u64) {
+        (&self.last_jobs.0, self.last_jobs.1)
     }
 
     /// The bytes each peer's sockets carried, summed since the first read.
@@ -281,6 +300,7 @@ impl SocketQueues {
                 _ => add_socket(
                     &mut self.peers,
                     &mut self.seen_now,
+                    self.jobs.as_mut(),
                     msg.payload(),
                     self.cgroup,
                 ),
@@ -295,6 +315,7 @@ impl SocketQueues {
 fn add_socket(
     peers: &mut FxHashMap<IpAddr, Queues>,
     seen: &mut FxHashMap<[u8; 8], Seen>,
+    jobs: Option<&mut JobTally>,
     payload: &[u8],
     cgroup: Option<u64>,
 ) {
@@ -302,15 +323,21 @@ fn add_socket(
         return;
     };
     let attrs = payload.get(RESPONSE_HEADER_LEN..).unwrap_or_default();
+    let id = socket_cgroup(attrs);
     if let Some(want) = cgroup {
-        if socket_cgroup(attrs) != Some(want) {
+        if id != Some(want) {
             return;
         }
     }
     let peer = h.socket_id.destination_address.to_canonical();
     let q = peers.entry(peer).or_default();
-    q.receive += u64::from(h.recv_queue);
-    q.send += u64::from(h.send_queue);
+    let (receive, send) = (u64::from(h.recv_queue), u64::from(h.send_queue));
+    q.receive += receive;
+    q.send += send;
+    if let Some(j) = jobs {
+        let local = h.socket_id.source_address.to_canonical();
+        j.add(id, local, peer, receive, send);
+    }
     if let Some((acked, received)) = socket_bytes(attrs) {
         seen.insert(
             h.socket_id.cookie,
@@ -389,7 +416,7 @@ mod tests {
         let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut rx, _) = l.accept().unwrap();
         tx.write_all(&[7u8; 5000]).unwrap();
-        let mut q = SocketQueues::new(None).unwrap();
+        let mut q = SocketQueues::new(None, None).unwrap();
         // Bounded wait for the bytes to cross loopback.
         let mut seen = 0;
         for _ in 0..100 {
@@ -419,7 +446,7 @@ mod tests {
         let dir = crate::host::cgroup::cgroup2_mount()
             .unwrap()
             .join(path.trim_start_matches('/'));
-        let mut q = SocketQueues::new(Some(cgroup_id(&dir).unwrap())).unwrap();
+        let mut q = SocketQueues::new(Some(cgroup_id(&dir).unwrap()), None).unwrap();
         let lo = IpAddr::from([127, 0, 0, 1]);
         let mut seen = 0;
         for _ in 0..100 {
@@ -430,7 +457,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(seen >= 3000, "own cgroup's unread bytes: {seen}");
-        let mut none = SocketQueues::new(Some(u64::MAX)).unwrap();
+        let mut none = SocketQueues::new(Some(u64::MAX), None).unwrap();
         assert!(none.read().unwrap().is_empty());
     }
 
@@ -444,7 +471,7 @@ mod tests {
         let l = TcpListener::bind((ip, 0)).unwrap();
         let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut rx, _) = l.accept().unwrap();
-        let mut q = SocketQueues::new(None).unwrap();
+        let mut q = SocketQueues::new(None, None).unwrap();
         q.read().unwrap();
         assert_eq!(q.carried().get(&ip).copied(), Some(Carried::default()));
         let mut b = vec![0; 50_000];
@@ -549,7 +576,7 @@ mod tests {
     #[test]
     #[ignore = "a measurement: release, up to 20,000 open files"]
     fn sockets_cost() {
-        let mut q = SocketQueues::new(None).unwrap();
+        let mut q = SocketQueues::new(None, None).unwrap();
         let time = |q: &mut SocketQueues| {
             let mut best = f64::INFINITY;
             for _ in 0..20 {

@@ -48,6 +48,7 @@ pub fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::R
     info.encode(m.encode_family(&[("version", version)])?)?;
     encode_traffic(s, enc)?;
     encode_tcp(s, enc)?;
+    super::jobs::encode(s, enc)?;
     encode_maps_and_programs(s, enc)?;
     encode_bursts(s, enc)?;
     encode_queues(s, enc)?;

@@ -2,6 +2,7 @@
 pub mod family;
 pub mod features;
 pub mod http;
+pub mod jobs;
 pub mod metrics;
 pub mod model;
 pub mod serve;

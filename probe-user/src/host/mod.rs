@@ -2,5 +2,6 @@
 //! cgroup v2 and tracefs mounts are, which interfaces exist.
 pub mod cgroup;
 pub mod iface;
+pub mod jobs;
 pub mod privilege;
 pub mod tracefs;

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::{
     bpf::{Hooks, TcAttacher},
     collect::{
+        jobs::{Attribution, JobTally},
         netlink, progstats,
         rdma::RdmaSnapshot,
         readings::{HookStatus, LinkSeries, QdiscSeries, Readings},
@@ -21,7 +22,10 @@ use crate::{
         Collector,
     },
     config::Config,
-    host::iface,
+    host::{
+        cgroup, iface,
+        jobs::{Job, JobFinder},
+    },
     lifecycle::Lifecycle,
 };
 
@@ -119,6 +123,11 @@ impl Sources {
             h.attached = c.selects_in_kernel();
         }
         self.collector = Some(c);
+        if let Some(q) = &q {
+            let (jobs, folded) = q.jobs();
+            snap.jobs = jobs.to_vec();
+            snap.jobs_folded = folded;
+        }
         self.sockets = q;
         status.push(maps);
         if let Some((r, t)) = queues {
@@ -218,7 +227,7 @@ fn open_sockets(cfg: &Config) -> Option<SocketQueues> {
         .as_deref()
         .map(socket_queues::cgroup_id)
         .transpose()
-        .and_then(SocketQueues::new);
+        .and_then(|scope| SocketQueues::new(scope, job_tally(cfg)));
     match opened {
         Ok(q) => Some(q),
         Err(e) => {
@@ -226,6 +235,27 @@ fn open_sockets(cfg: &Config) -> Option<SocketQueues> {
             None
         }
     }
+}
+
+/// How each socket's job is found: `--training-job` names it for all; else the cgroup
+/// layouts (host::jobs), unless they are all turned off or there is no cgroup v2 mount.
+fn job_tally(cfg: &Config) -> Option<JobTally> {
+    let attribution = match &cfg.training_job {
+        Some(name) => Attribution::Flag(std::sync::Arc::new(Job {
+            name: name.clone(),
+            rank: None,
+            source: "flag",
+        })),
+        None if !cfg.jobs.builtin && cfg.jobs.from_cgroup.is_empty() => return None,
+        None => match cgroup::cgroup2_mount() {
+            Ok(root) => Attribution::Cgroups(JobFinder::new(root, &cfg.jobs)),
+            Err(e) => {
+                tracing::warn!("training jobs will not be found from cgroups: {e:#}");
+                return None;
+            }
+        },
+    };
+    Some(JobTally::new(attribution, cfg.jobs.max_jobs))
 }
 
 /// The hooks to report; a scoped probe leaves the host-wide tracepoints out on purpose, so
