@@ -54,3 +54,68 @@ impl Drop for TestCgroup {
         eprintln!("could not remove {}", self.dir.display());
     }
 }
+
+/// A path of nested cgroup v2 directories under the mount (`a/b/c`), made as `mkdir -p`
+/// would; on drop, what is left in its leaf is killed and the directories it made are
+/// removed, deepest first (those that were there before stay).
+pub struct CgroupPath {
+    pub leaf: PathBuf,
+    made: Vec<PathBuf>,
+}
+
+impl CgroupPath {
+    pub fn new(rel: &str) -> CgroupPath {
+        let root = cgroup2_mount().expect("a cgroup v2 mount");
+        let mut dir = root.clone();
+        let mut made = Vec::new();
+        for part in rel.split('/') {
+            dir.push(part);
+            if !dir.is_dir() {
+                std::fs::create_dir(&dir).unwrap();
+                made.push(dir.clone());
+            }
+        }
+        CgroupPath { leaf: dir, made }
+    }
+
+    /// The leaf's path as `ss --cgroup` shows it: under the mount, with a leading `/`.
+    pub fn shown(&self) -> String {
+        let root = cgroup2_mount().expect("a cgroup v2 mount");
+        format!("/{}", self.leaf.strip_prefix(root).unwrap().display())
+    }
+
+    /// The pids in the leaf (`cgroup.procs`).
+    pub fn procs(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.leaf.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// Kills what is in the leaf and removes the directories made (bounded wait).
+    pub fn remove(&mut self) {
+        let _ = std::fs::write(self.leaf.join("cgroup.kill"), "1");
+        for dir in self.made.drain(..).rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if dir.exists() {
+                eprintln!("could not remove {}", dir.display());
+            }
+        }
+    }
+
+    pub fn command(&self, argv: &[&str]) -> Command {
+        command_in(&self.leaf, argv)
+    }
+}
+
+impl Drop for CgroupPath {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}

@@ -89,6 +89,14 @@ impl JobTally {
         p.send_queue_bytes += send;
     }
 
+    /// How long this dump's walk of the cgroup tree took (s): a new cgroup's, once.
+    pub fn walk_seconds(&self) -> f64 {
+        match &self.attribution {
+            Attribution::Cgroups(f) => f.walk_seconds(),
+            Attribution::Flag(_) => 0.0,
+        }
+    }
+
     /// The dump's jobs, by name, and how many were folded.
     pub fn finish(&self) -> (Vec<JobSeries>, u64) {
         let jobs = self

@@ -211,7 +211,10 @@ impl SocketQueues {
                 .iter()
                 .map(|(ip, c)| (peer_label(*ip), *c))
                 .collect();
-            self.wait = ticks_to_wait(thread_cpu_s() - t, tick_s);
+            // A walk of the cgroup tree happens when a cgroup is new (a job starting): it
+            // does not postpone the next reads, which would see the job's connections late.
+            let walk = self.jobs.as_ref().map_or(0.0, JobTally::walk_seconds);
+            self.wait = ticks_to_wait(thread_cpu_s() - t - walk, tick_s);
         } else {
             self.wait -= 1;
         }

@@ -16,6 +16,7 @@ use std::{
     os::unix::fs::DirEntryExt as _,
     path::{Path, PathBuf},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use rustc_hash::FxHashMap;
@@ -26,6 +27,9 @@ use crate::{config::JobSettings, pathpattern::PathPattern};
 /// few levels and a few thousand directories; a runaway tree stops the walk, not the daemon.
 const MAX_DEPTH: usize = 32;
 const MAX_DIRS: usize = 200_000;
+/// How long an id no walk found is not looked for again: a socket in a cgroup made just
+/// after a walk read its parent is named at most this late.
+const MISS_RETRY: Duration = Duration::from_secs(10);
 /// The longest job name kept (a label value).
 const MAX_NAME: usize = 128;
 
@@ -44,10 +48,14 @@ pub struct JobFinder {
     patterns: Vec<PathPattern>,
     builtin: bool,
     pod_logs: PathBuf,
-    /// Every cgroup of the last walk (and ids it did not find), with its job.
+    /// Every cgroup of the last walk, with its job.
     by_id: FxHashMap<u64, Option<Arc<Job>>>,
+    /// Ids a walk did not find, and when: not looked for again for [`MISS_RETRY`].
+    missed: FxHashMap<u64, Instant>,
     walked_this_read: bool,
     walks: u64,
+    /// How long this read's walk took (s).
+    walk_s: f64,
 }
 
 impl JobFinder {
@@ -58,14 +66,22 @@ impl JobFinder {
             builtin: s.builtin,
             pod_logs: s.pod_logs.clone(),
             by_id: FxHashMap::default(),
+            missed: FxHashMap::default(),
             walked_this_read: false,
             walks: 0,
+            walk_s: 0.0,
         }
     }
 
     /// A new read of the sockets starts: it may walk the tree again.
     pub fn begin_read(&mut self) {
         self.walked_this_read = false;
+        self.walk_s = 0.0;
+    }
+
+    /// How long this read's walk of the tree took (0 without one), in seconds.
+    pub fn walk_seconds(&self) -> f64 {
+        self.walk_s
     }
 
     /// Walks of the cgroup tree so far.
@@ -75,19 +91,37 @@ impl JobFinder {
 
     /// The job of the cgroup with this id, if it names one.
     pub fn job(&mut self, id: u64) -> Option<Arc<Job>> {
-        if !self.by_id.contains_key(&id) && !self.walked_this_read {
-            self.walk();
-            // Not in the tree (outside probe's view of it): asked once.
-            self.by_id.entry(id).or_insert(None);
+        if let Some(j) = self.by_id.get(&id) {
+            return j.clone();
         }
-        self.by_id.get(&id).cloned().flatten()
+        if self.walked_this_read
+            || self
+                .missed
+                .get(&id)
+                .is_some_and(|t| t.elapsed() < MISS_RETRY)
+        {
+            return None;
+        }
+        self.walk();
+        let found = self.by_id.get(&id).cloned();
+        if found.is_none() {
+            // Outside probe's view of the tree, or made after the walk read its parent.
+            self.missed.insert(id, Instant::now());
+        }
+        found.flatten()
     }
 
     fn walk(&mut self) {
+        let t = Instant::now();
         self.walked_this_read = true;
         self.walks += 1;
         let pods = pod_names(&self.pod_logs);
         let mut by_id = FxHashMap::default();
+        // The root's sockets (a host's own services, on many hosts) are no job's.
+        if let Ok(m) = std::fs::metadata(&self.root) {
+            by_id.insert(std::os::unix::fs::MetadataExt::ino(&m), None);
+        }
+        self.missed.retain(|_, t| t.elapsed() < MISS_RETRY);
         let mut stack: Vec<(PathBuf, Vec<String>)> = vec![(self.root.clone(), Vec::new())];
         let mut dirs = 0;
         while let Some((dir, rel)) = stack.pop() {
@@ -109,6 +143,7 @@ impl JobFinder {
             }
         }
         self.by_id = by_id;
+        self.walk_s = t.elapsed().as_secs_f64();
     }
 
     /// The job a cgroup path (its components under the mount) names, if any.
@@ -269,6 +304,56 @@ mod tests {
     fn job(f: &JobFinder, path: &str, pods: &FxHashMap<String, (String, String)>) -> Option<Job> {
         let parts: Vec<&str> = path.split('/').collect();
         f.job_of(&parts, pods)
+    }
+
+    /// A cgroup's id is its directory's inode: a new one walks the tree once per read, an
+    /// id the tree does not have is asked once, and a directory that went is forgotten.
+    #[test]
+    fn ids_are_found_by_walking_the_tree_once_per_read() {
+        let root = std::env::temp_dir().join(format!("probe-jobfinder-{}", std::process::id()));
+        let job_dir = root.join("training.slice/llm-rank2.scope");
+        std::fs::create_dir_all(job_dir.join("leaf")).unwrap();
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let (job_id, leaf_id) = (ino(&job_dir), ino(&job_dir.join("leaf")));
+        let s = JobSettings {
+            from_cgroup: vec![PathPattern::parse("training.slice/{job}-rank{rank}.scope").unwrap()],
+            ..JobSettings::default()
+        };
+        let mut f = JobFinder::new(root.clone(), &s);
+        f.begin_read();
+        let want = Job {
+            name: "llm".into(),
+            rank: Some("2".into()),
+            source: "pattern",
+        };
+        assert_eq!(
+            f.job(leaf_id).as_deref(),
+            Some(&want),
+            "a leaf below the job's directory"
+        );
+        assert_eq!(f.job(job_id).as_deref(), Some(&want));
+        assert_eq!(f.job(u64::MAX), None);
+        assert_eq!(f.walks(), 1, "one walk for the read");
+        // The next read looks for it (a cgroup made after the walk read its parent)...
+        f.begin_read();
+        assert_eq!(f.job(u64::MAX), None);
+        assert_eq!(f.walks(), 2);
+        // ...and the one after does not, for a while.
+        f.begin_read();
+        assert_eq!(f.job(u64::MAX), None);
+        assert_eq!(f.job(ino(&root)), None, "the root is no job");
+        assert_eq!(
+            f.walks(),
+            2,
+            "an id the tree lacks is not looked for again soon"
+        );
+        // The job's directories go; the next walk (for an id never seen) forgets them.
+        std::fs::remove_dir_all(root.join("training.slice")).unwrap();
+        f.begin_read();
+        assert_eq!(f.job(u64::MAX - 1), None);
+        assert_eq!(f.walks(), 3);
+        assert_eq!(f.job(leaf_id), None, "gone with its directory");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
