@@ -159,7 +159,7 @@ fn each_connection_carries_the_job_of_its_cgroup() {
             .select("probe_job_peer_info", &[("training_job", job)])
             .map(|s| s.labels["peer"].clone())
             .collect::<Vec<_>>();
-        assert_eq!(peers, [peer.clone()], "{job}: its one peer");
+        assert_eq!(peers, std::slice::from_ref(&peer), "{job}: its one peer");
         assert_eq!(
             m.get(
                 "probe_job_info",
