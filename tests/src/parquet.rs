@@ -17,3 +17,14 @@ pub fn rows(path: &Path) -> Result<Vec<Map<String, Value>>> {
     }
     Ok(out)
 }
+
+/// A key of a Parquet file's key-value metadata.
+pub fn meta(path: &Path, key: &str) -> Result<Option<String>> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let r = SerializedFileReader::new(f).with_context(|| format!("reading {}", path.display()))?;
+    Ok(r.metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|k| k.key == key))
+        .and_then(|k| k.value.clone()))
+}

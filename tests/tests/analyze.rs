@@ -1,6 +1,8 @@
 //! `probe analyze` on a recording this test makes (iperf3 from one namespace to another,
 //! recorded by the daemon on the sender): the traffic matrix names the receiver as the peer
-//! the host sends to, with the bytes iperf3 itself says it sent (plus headers). And bad input
+//! the host sends to, with the bytes iperf3 itself says it sent (plus headers); the recording
+//! keeps the job the probe was given and the address its sockets used (the sender's, the
+//! namespace's one address). And bad input
 //! is one line: a missing recording, a file that is not Parquet. The pattern, period, change
 //! point and report checks against a real training job are the lab's
 //! (xtask/src/lab/analyze_test.rs).
@@ -35,7 +37,9 @@ fn the_traffic_matrix_has_the_bytes_iperf3_sent() {
     let d = dir("iperf");
     let rec = d.join("iperf.parquet");
     let _server = iperf::Server::start(&pair.b, pair.ip_b.into(), iperf::PORT).unwrap();
-    let probe = Probe::start(&pair.a, ProbeOpts::iface(&pair.veth_a));
+    let mut opts = ProbeOpts::iface(&pair.veth_a);
+    opts.extra = vec!["--training-job".into(), "iperf-job".into()];
+    let probe = Probe::start(&pair.a, opts);
     let mut recorder = probe::start_recorder(&pair.a, &probe, &rec, RECORD_S).unwrap();
     // The first snapshot is the recording's baseline, and a peer's first tick has no rate
     // (it was not in the previous snapshot): make the peer known with a trickle (1 s of
@@ -61,6 +65,12 @@ fn the_traffic_matrix_has_the_bytes_iperf3_sent() {
         status.is_some_and(|s| s.success()),
         "probe record failed: {}",
         recorder.stderr()
+    );
+    let jobs = probe_tests::parquet::meta(&rec, "probe.jobs").unwrap();
+    assert_eq!(
+        jobs.as_deref(),
+        Some(format!("{{\"iperf-job\":[\"{}\"]}}", pair.ip_a).as_str()),
+        "the recording's job and the address its sockets used"
     );
     let out = d.join("out");
     let o = analyze(&[rec.as_os_str(), "--out".as_ref(), out.as_os_str()]);

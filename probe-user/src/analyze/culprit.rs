@@ -761,6 +761,7 @@ mod tests {
             obs,
             events: Vec::new(),
             lab: None,
+            recorded_address: None,
         }
     }
 

@@ -18,6 +18,9 @@ pub struct Recording {
     pub obs: Vec<Observation>,
     pub events: Vec<BurstEvent>,
     pub lab: Option<Lab>,
+    /// The host's address as its recording kept it: the one address its training jobs'
+    /// sockets used (`probe.jobs`), if there was exactly one.
+    pub recorded_address: Option<String>,
 }
 
 /// What a lab run did, from the files `cargo xtask lab --record` writes.
@@ -60,6 +63,18 @@ pub fn name_of(path: &Path) -> String {
     n
 }
 
+/// The one address a recording's jobs used (its `probe.jobs` metadata), if one.
+fn recorded_address(path: &Path) -> Option<String> {
+    let kv = reader::metadata(path).ok()?;
+    let (_, v) = kv.into_iter().find(|(k, _)| k == crate::record::JOBS_KEY)?;
+    let jobs: std::collections::BTreeMap<String, Vec<String>> = serde_json::from_str(&v).ok()?;
+    let all: std::collections::BTreeSet<String> = jobs.into_values().flatten().collect();
+    match all.len() {
+        1 => all.into_iter().next(),
+        _ => None,
+    }
+}
+
 impl Recording {
     pub fn load(rec: &Path) -> Result<Recording> {
         let path = resolve(rec);
@@ -92,12 +107,14 @@ impl Recording {
             })?),
             None => None,
         };
+        let recorded_address = recorded_address(&path);
         Ok(Recording {
             name: name_of(&path),
             path,
             obs,
             events,
             lab,
+            recorded_address,
         })
     }
 

@@ -36,7 +36,8 @@ pub struct AnalyzeArgs {
 
     /// The address a host's peers name it by, as NAME=ADDRESS (NAME: the recording's file
     /// name without `.parquet`); for recordings of several hosts whose own address cannot
-    /// be inferred (lab runs know theirs).
+    /// be inferred (lab runs know theirs, and so does a recording whose probe found its
+    /// host's training jobs, which it keeps as `probe.jobs`, when they used one address).
     #[arg(long, value_name = "NAME=ADDRESS")]
     pub address: Vec<String>,
 
@@ -454,7 +455,9 @@ fn job_report(out: &Path, group: &[(Recording, Analysis)], addresses: &[String])
                 .map(str::to_owned);
             (
                 r.name.clone(),
-                given.or_else(|| r.lab.as_ref().and_then(|l| l.addr.clone())),
+                given
+                    .or_else(|| r.lab.as_ref().and_then(|l| l.addr.clone()))
+                    .or_else(|| r.recorded_address.clone()),
                 &a.matrix,
             )
         })

@@ -19,6 +19,17 @@ pub struct Snapshot {
     /// None from a daemon older than the observe stage.
     pub observations: Option<Vec<Observation>>,
     pub burst_events: Vec<BurstEvent>,
+    /// The training jobs the daemon found on its host (none from an older daemon).
+    #[serde(default)]
+    pub jobs: Vec<RecordedJob>,
+}
+
+/// A job as the snapshot names it: what a recording keeps of it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RecordedJob {
+    pub name: String,
+    #[serde(default)]
+    pub addresses: Vec<String>,
 }
 
 /// The daemon's latest snapshot.

@@ -281,6 +281,10 @@ struct Out {
 
 /// The daemon's tick in seconds, in both files' metadata (from the first snapshot).
 pub const TICK_KEY: &str = "probe.tick_seconds";
+/// The file's metadata key for the host's identity: every training job the daemon found
+/// while recording, with the addresses its sockets used (JSON, `{"job": ["10.0.0.1"]}`),
+/// which `probe analyze` names the host by.
+pub const JOBS_KEY: &str = "probe.jobs";
 
 /// The polling loop: until the duration is over, a signal, or too many failures in a row.
 fn record(
@@ -293,6 +297,8 @@ fn record(
 ) -> Result<()> {
     let deadline = args.duration.map(|d| started + d);
     let mut prev: Option<Snapshot> = None;
+    let mut jobs: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
     let mut failures = 0u32;
     let mut next_poll = Instant::now();
     let mut since_flush = 0u32;
@@ -360,6 +366,11 @@ fn record(
             out.rows.set_meta(TICK_KEY, tick.clone());
             out.events.set_meta(TICK_KEY, tick);
         }
+        if note_jobs(&mut jobs, &snap.jobs) {
+            let v = serde_json::to_string(&jobs).unwrap_or_default();
+            out.rows.set_meta(JOBS_KEY, v.clone());
+            out.events.set_meta(JOBS_KEY, v);
+        }
         let rows = snap.observations.take().unwrap_or_default();
         if !rows.is_empty() {
             progress.ticks += 1;
@@ -394,6 +405,25 @@ fn record(
         }
     }
     Ok(())
+}
+
+/// Adds a snapshot's jobs and their addresses to what the recording has seen; true if that
+/// grew.
+fn note_jobs(
+    seen: &mut std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    now: &[client::RecordedJob],
+) -> bool {
+    let mut grew = false;
+    for j in now {
+        let addrs = seen.entry(j.name.clone()).or_insert_with(|| {
+            grew = true;
+            Default::default()
+        });
+        for a in &j.addresses {
+            grew |= addrs.insert(a.clone());
+        }
+    }
+    grew
 }
 
 #[cfg(test)]
