@@ -997,7 +997,8 @@ mod tests {
             "max by (training_job) (probe:job_host_unsent_bytes:avg10s)".into(),
             ">= on (training_job) group_left\n              max by (training_job) (probe:job_host_unread_bytes:avg10s)".into(),
             format!("avg_over_time(probe:job_host_unread:held[{QUEUE_WINDOW_S}s]) > {UNREAD_HELD}"),
-            format!("avg_over_time(probe_tcp_receive_queue_bytes[{QUEUE_WINDOW_S}s])"),
+            // Offline the peer's queue stands for the job's: a recording is of one job's host.
+            format!("avg_over_time(probe_job_receive_queue_bytes[{QUEUE_WINDOW_S}s])"),
             format!("probe:job_host_srtt_ratio:as_sender <= {CALM_RTT}"),
             format!("probe:job_pace_ratio < {JOB_SLOWED}"),
             format!("max_over_time(probe:job_host_retransmit_share:as_receiver[{QUEUE_WINDOW_S}s]) > {LOSS_SHARE}"),
