@@ -212,6 +212,7 @@ pub fn main(args: RecordArgs) -> Result<()> {
     let mut out = Out {
         rows: RecordingWriter::create(&args.out, columns::observations(), &meta)?,
         events: RecordingWriter::create(&events_out, columns::burst_events(), &meta)?,
+        jobs: Default::default(),
     };
     let bar = progress_bar(args.duration);
     if bar.is_none() {
@@ -277,6 +278,8 @@ pub fn main(args: RecordArgs) -> Result<()> {
 struct Out {
     rows: RecordingWriter<Row>,
     events: RecordingWriter<BurstEvent>,
+    /// Every training job seen so far, with the addresses its sockets used ([`JOBS_KEY`]).
+    jobs: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// The daemon's tick in seconds, in both files' metadata (from the first snapshot).
@@ -297,8 +300,6 @@ fn record(
 ) -> Result<()> {
     let deadline = args.duration.map(|d| started + d);
     let mut prev: Option<Snapshot> = None;
-    let mut jobs: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
-        Default::default();
     let mut failures = 0u32;
     let mut next_poll = Instant::now();
     let mut since_flush = 0u32;
@@ -366,11 +367,7 @@ fn record(
             out.rows.set_meta(TICK_KEY, tick.clone());
             out.events.set_meta(TICK_KEY, tick);
         }
-        if note_jobs(&mut jobs, &snap.jobs) {
-            let v = serde_json::to_string(&jobs).unwrap_or_default();
-            out.rows.set_meta(JOBS_KEY, v.clone());
-            out.events.set_meta(JOBS_KEY, v);
-        }
+        note_jobs(out, &snap.jobs);
         let rows = snap.observations.take().unwrap_or_default();
         if !rows.is_empty() {
             progress.ticks += 1;
@@ -407,15 +404,12 @@ fn record(
     Ok(())
 }
 
-/// Adds a snapshot's jobs and their addresses to what the recording has seen; true if that
-/// grew.
-fn note_jobs(
-    seen: &mut std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
-    now: &[client::RecordedJob],
-) -> bool {
+/// Adds a snapshot's jobs and their addresses to what the recording has seen, and to both
+/// files' metadata when that grew.
+fn note_jobs(out: &mut Out, now: &[client::RecordedJob]) {
     let mut grew = false;
     for j in now {
-        let addrs = seen.entry(j.name.clone()).or_insert_with(|| {
+        let addrs = out.jobs.entry(j.name.clone()).or_insert_with(|| {
             grew = true;
             Default::default()
         });
@@ -423,7 +417,11 @@ fn note_jobs(
             grew |= addrs.insert(a.clone());
         }
     }
-    grew
+    if grew {
+        let v = serde_json::to_string(&out.jobs).unwrap_or_default();
+        out.rows.set_meta(JOBS_KEY, v.clone());
+        out.events.set_meta(JOBS_KEY, v);
+    }
 }
 
 #[cfg(test)]
