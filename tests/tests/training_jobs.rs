@@ -98,7 +98,7 @@ fn each_connection_carries_the_job_of_its_cgroup() {
 
     let me = std::process::id();
     let logs = PathBuf::from(format!("/tmp/probe-test-pod-logs-{me}"));
-    let _logs = scopeguard(logs.clone());
+    let _logs = Guard(logs.clone());
     // Declared first, dropped last: the second pod shares its kubepods.slice.
     let pod1 = pod(&logs, POD_UID, "ml", "llama-worker-1");
     let mut slurm = CgroupPath::new(&format!(
@@ -116,7 +116,7 @@ fn each_connection_carries_the_job_of_its_cgroup() {
         ),
     )
     .unwrap();
-    let _config = scopeguard(config.clone());
+    let _config = Guard(config.clone());
     let mut opts = ProbeOpts::iface(&pair.veth_a).tick("500ms");
     opts.extra = vec!["--config".into(), config.display().to_string()];
     let probe = Probe::start(&pair.a, opts);
@@ -256,10 +256,6 @@ fn each_connection_carries_the_job_of_its_cgroup() {
 
 /// Removes a file or directory tree when dropped.
 struct Guard(PathBuf);
-
-fn scopeguard(p: PathBuf) -> Guard {
-    Guard(p)
-}
 
 impl Drop for Guard {
     fn drop(&mut self) {

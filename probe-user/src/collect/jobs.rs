@@ -11,7 +11,7 @@ use std::{
 
 use crate::host::jobs::{Job, JobFinder};
 
-use super::readings::{peer_label, JobPeer, JobSeries};
+use super::readings::{is_peer_address, peer_label, JobPeer, JobSeries};
 
 /// How a socket's job is found.
 pub enum Attribution {
@@ -54,7 +54,8 @@ impl JobTally {
         }
     }
 
-    /// One established socket. Loopback sockets are no job's traffic between hosts.
+    /// One established socket. Sockets on loopback or link-local addresses are no job's
+    /// traffic between hosts (no other host's probe names them).
     pub fn add(
         &mut self,
         cgroup: Option<u64>,
@@ -63,7 +64,7 @@ impl JobTally {
         receive: u64,
         send: u64,
     ) {
-        if peer.is_loopback() || local.is_loopback() {
+        if !is_peer_address(&peer) || !is_peer_address(&local) {
             return;
         }
         let job = match &mut self.attribution {

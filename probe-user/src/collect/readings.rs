@@ -342,6 +342,17 @@ pub fn peer_label(addr: IpAddr) -> String {
     addr.to_canonical().to_string()
 }
 
+/// Whether another host could name this address as a peer: not loopback, not link-local
+/// (neither reaches beyond one link, and every host has the same ones).
+pub fn is_peer_address(a: &IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            !v6.is_loopback() && !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80
+        }
+    }
+}
+
 /// An address from the ABI's 16-byte form.
 pub fn ip_from_abi(family: u8, addr: &probe_ebpf::Addr) -> Option<IpAddr> {
     let bytes = &probe_ebpf::addr_bytes(addr);

@@ -326,7 +326,10 @@ fn add_socket(
         return;
     };
     let attrs = payload.get(RESPONSE_HEADER_LEN..).unwrap_or_default();
-    let id = socket_cgroup(attrs);
+    // Its cgroup only when something asks (a scan of the socket's attributes).
+    let id = (cgroup.is_some() || jobs.is_some())
+        .then(|| socket_cgroup(attrs))
+        .flatten();
     if let Some(want) = cgroup {
         if id != Some(want) {
             return;

@@ -5,7 +5,7 @@
 use prometheus_client::encoding::DescriptorEncoder;
 
 use super::family::{gauge, l};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{JobPeer, Snapshot};
 
 pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
     let jobs = &s.readings.jobs;
@@ -37,49 +37,38 @@ pub fn encode(s: &Snapshot, enc: &mut DescriptorEncoder) -> std::fmt::Result {
                 .map(|a| (l(&[("training_job", &j.name), ("address", a)]), 1.0))
         }),
     )?;
-    let peers = || {
-        jobs.iter()
-            .flat_map(|j| j.peers.iter().map(move |p| (j.name.as_str(), p)))
+    // One series per (job, peer), valued by `v`.
+    let per_peer = |v: fn(&JobPeer) -> f64| {
+        jobs.iter().flat_map(move |j| {
+            j.peers
+                .iter()
+                .map(move |p| (l(&[("training_job", &j.name), ("peer", &p.peer)]), v(p)))
+        })
     };
-    gauge(
-        enc,
-        "probe_job_peer_info",
-        "Always 1: a peer a training job's sockets have established connections with",
-        peers().map(|(j, p)| (l(&[("training_job", j), ("peer", &p.peer)]), 1.0)),
-    )?;
-    gauge(
-        enc,
-        "probe_job_connections",
-        "Established TCP connections of a training job's sockets to a peer (sock_diag)",
-        peers().map(|(j, p)| {
-            (
-                l(&[("training_job", j), ("peer", &p.peer)]),
-                f64::from(p.connections),
-            )
-        }),
-    )?;
-    gauge(
-        enc,
-        "probe_job_receive_queue_bytes",
-        "Bytes a training job's sockets received from a peer and have not read yet (ss Recv-Q)",
-        peers().map(|(j, p)| {
-            (
-                l(&[("training_job", j), ("peer", &p.peer)]),
-                p.receive_queue_bytes as f64,
-            )
-        }),
-    )?;
-    gauge(
-        enc,
-        "probe_job_send_queue_bytes",
-        "Bytes a training job's sockets wrote to a peer that it has not acknowledged yet (ss Send-Q)",
-        peers().map(|(j, p)| {
-            (
-                l(&[("training_job", j), ("peer", &p.peer)]),
-                p.send_queue_bytes as f64,
-            )
-        }),
-    )?;
+    for (name, help, v) in [
+        (
+            "probe_job_peer_info",
+            "Always 1: a peer a training job's sockets have established connections with",
+            (|_| 1.0) as fn(&JobPeer) -> f64,
+        ),
+        (
+            "probe_job_connections",
+            "Established TCP connections of a training job's sockets to a peer (sock_diag)",
+            |p| f64::from(p.connections),
+        ),
+        (
+            "probe_job_receive_queue_bytes",
+            "Bytes a training job's sockets received from a peer and have not read yet (ss Recv-Q)",
+            |p| p.receive_queue_bytes as f64,
+        ),
+        (
+            "probe_job_send_queue_bytes",
+            "Bytes a training job's sockets wrote to a peer that it has not acknowledged yet (ss Send-Q)",
+            |p| p.send_queue_bytes as f64,
+        ),
+    ] {
+        gauge(enc, name, help, per_peer(v))?;
+    }
     gauge(
         enc,
         "probe_jobs_folded",

@@ -10,6 +10,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use super::{Kind, Metric, Sample, Source};
+use crate::collect::readings::is_peer_address;
 
 static HOST: Metric = Metric {
     name: "probe_host_info",
@@ -64,17 +65,6 @@ impl Source for Identity {
             });
         }
         Ok(())
-    }
-}
-
-/// Whether another host could name this address as a peer: not loopback, not link-local
-/// (neither reaches beyond one link, and every host has the same ones).
-fn is_peer_address(a: &IpAddr) -> bool {
-    match a {
-        IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified(),
-        IpAddr::V6(v6) => {
-            !v6.is_loopback() && !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80
-        }
     }
 }
 
