@@ -206,3 +206,40 @@ fn read_lab(file: &Path, rank: usize) -> Result<Lab> {
         episodes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{columns, writer::RecordingWriter, JOBS_KEY};
+
+    /// A recording names its host by its jobs' address only when they used exactly one.
+    #[test]
+    fn a_recording_knows_its_address_from_one_job_address() {
+        let dir = std::env::temp_dir().join(format!("probe-recaddr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, jobs, want) in [
+            ("one", r#"{"ml/llama":["10.0.0.1"]}"#, Some("10.0.0.1")),
+            (
+                "two-jobs-one-address",
+                r#"{"a":["10.0.0.1"],"b":["10.0.0.1"]}"#,
+                Some("10.0.0.1"),
+            ),
+            ("two-addresses", r#"{"a":["10.0.0.1","10.0.1.1"]}"#, None),
+            ("none", "{}", None),
+        ] {
+            let p = dir.join(format!("{name}.parquet"));
+            let w =
+                RecordingWriter::create(&p, columns::observations(), &[(JOBS_KEY, jobs.into())])
+                    .unwrap();
+            w.finish().unwrap();
+            assert_eq!(recorded_address(&p).as_deref(), want, "{name}");
+        }
+        let p = dir.join("without.parquet");
+        RecordingWriter::create(&p, columns::observations(), &[])
+            .unwrap()
+            .finish()
+            .unwrap();
+        assert_eq!(recorded_address(&p), None, "no probe.jobs");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
