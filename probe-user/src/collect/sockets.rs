@@ -5,7 +5,7 @@
 //! leaves while its network is innocent: a compute straggler (docs/job.md).
 //!
 //! A gauge read once a tick: the rules average it over seconds. A scoped probe (`--cgroup`)
-//! counts only the sockets of its cgroup; the dump covers probe's network namespace. The
+//! counts only the sockets of its cgroup and those below it; the dump covers probe's network namespace. The
 //! kernel fills a message per socket (about 0.65 us each here: 13 ms for 20,000 sockets),
 //! so a namespace with many sockets is read less often than every tick, keeping the reads
 //! under a thousandth of the time ([`READ_SHARE`]); between reads the last one stands.
@@ -15,7 +15,7 @@
 //! socket since the last read, they are the bytes *these* sockets (a scoped probe's: the
 //! job's) exchanged with the peer, to be held against what TC counts to the same peer
 //! (everything on the link): the share of the link the job does not get.
-use std::{net::IpAddr, os::unix::fs::MetadataExt, path::Path};
+use std::net::IpAddr;
 
 use anyhow::{bail, Context as _, Result};
 use netlink_packet_core::{
@@ -29,6 +29,8 @@ use netlink_packet_sock_diag::{
 };
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 use rustc_hash::FxHashMap;
+
+use crate::host::cgroup_tree::Subtree;
 
 use super::{
     jobs::JobTally,
@@ -79,8 +81,8 @@ struct Seen {
 
 pub struct SocketQueues {
     socket: Socket,
-    /// Only sockets of this cgroup v2 (its inode number is its id), when scoped.
-    cgroup: Option<u64>,
+    /// Only sockets of this cgroup v2 and those below it, when scoped.
+    scope: Option<Subtree>,
     buf: Vec<u8>,
     seq: u32,
     peers: FxHashMap<IpAddr, Queues>,
@@ -100,15 +102,8 @@ pub struct SocketQueues {
     last_jobs: (Vec<JobSeries>, u64),
 }
 
-/// The cgroup id of a cgroup v2 directory: its inode number.
-pub fn cgroup_id(dir: &Path) -> Result<u64> {
-    Ok(std::fs::metadata(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .ino())
-}
-
 impl SocketQueues {
-    pub fn new(cgroup: Option<u64>, jobs: Option<JobTally>) -> Result<Self> {
+    pub fn new(scope: Option<Subtree>, jobs: Option<JobTally>) -> Result<Self> {
         let mut socket = Socket::new(NETLINK_SOCK_DIAG).context("opening a sock_diag socket")?;
         socket.bind_auto().context("binding the sock_diag socket")?;
         socket
@@ -116,7 +111,7 @@ impl SocketQueues {
             .context("connecting the sock_diag socket")?;
         Ok(Self {
             socket,
-            cgroup,
+            scope,
             buf: vec![0; 64 * 1024],
             seq: 0,
             peers: FxHashMap::default(),
@@ -142,6 +137,9 @@ impl SocketQueues {
         self.seen_now.clear();
         if let Some(j) = &mut self.jobs {
             j.begin();
+        }
+        if let Some(s) = &mut self.scope {
+            s.begin_read();
         }
         for (family, file, tag) in [
             (AF_INET, "/proc/net/sockstat", "TCP:"),
@@ -213,7 +211,8 @@ impl SocketQueues {
                 .collect();
             // A walk of the cgroup tree happens when a cgroup is new (a job starting): it
             // does not postpone the next reads, which would see the job's connections late.
-            let walk = self.jobs.as_ref().map_or(0.0, JobTally::walk_seconds);
+            let walk = self.jobs.as_ref().map_or(0.0, JobTally::walk_seconds)
+                + self.scope.as_ref().map_or(0.0, Subtree::walk_seconds);
             self.wait = ticks_to_wait(thread_cpu_s() - t - walk, tick_s);
         } else {
             self.wait -= 1;
@@ -305,7 +304,7 @@ impl SocketQueues {
                     &mut self.seen_now,
                     self.jobs.as_mut(),
                     msg.payload(),
-                    self.cgroup,
+                    self.scope.as_mut(),
                 ),
             }
         }
@@ -320,18 +319,18 @@ fn add_socket(
     seen: &mut FxHashMap<[u8; 8], Seen>,
     jobs: Option<&mut JobTally>,
     payload: &[u8],
-    cgroup: Option<u64>,
+    scope: Option<&mut Subtree>,
 ) {
     let Ok(h) = InetResponseHeader::parse(payload) else {
         return;
     };
     let attrs = payload.get(RESPONSE_HEADER_LEN..).unwrap_or_default();
     // Its cgroup only when something asks (a scan of the socket's attributes).
-    let id = (cgroup.is_some() || jobs.is_some())
+    let id = (scope.is_some() || jobs.is_some())
         .then(|| socket_cgroup(attrs))
         .flatten();
-    if let Some(want) = cgroup {
-        if id != Some(want) {
+    if let Some(scope) = scope {
+        if !id.is_some_and(|id| scope.contains(id)) {
             return;
         }
     }
@@ -439,32 +438,48 @@ mod tests {
         assert_eq!(after, seen - 5000, "reading them empties the queue");
     }
 
-    /// Scoped to the test's own cgroup the dump finds its sockets; scoped to an id no
-    /// cgroup has, none.
+    /// Scoped to the test's own cgroup the dump finds its sockets, and scoped to its parent
+    /// too (a scope holds the cgroups below it, as sock_ops does); scoped to a directory no
+    /// socket's cgroup is in, none.
     #[test]
-    fn a_scoped_dump_counts_its_cgroup_only() {
+    fn a_scoped_dump_counts_its_cgroup_and_those_below_it() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let _rx = l.accept().unwrap();
         tx.write_all(&[7u8; 3000]).unwrap();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
-        let dir = crate::host::cgroup::cgroup2_mount()
-            .unwrap()
-            .join(path.trim_start_matches('/'));
-        let mut q = SocketQueues::new(Some(cgroup_id(&dir).unwrap()), None).unwrap();
+        let mount = crate::host::cgroup::cgroup2_mount().unwrap();
+        let dir = mount.join(path.trim_start_matches('/'));
+        let mut scopes = vec![dir.clone()];
+        // The parent, unless that is the whole tree (the test's cgroup is the root's child).
+        scopes.extend(
+            dir.parent()
+                .filter(|p| *p != mount && p.starts_with(&mount))
+                .map(std::path::Path::to_path_buf),
+        );
         let lo = IpAddr::from([127, 0, 0, 1]);
-        let mut seen = 0;
-        for _ in 0..100 {
-            seen = q.read().unwrap().get(&lo).map_or(0, |q| q.receive);
-            if seen >= 3000 {
-                break;
+        for scope in scopes {
+            let mut q = SocketQueues::new(Some(Subtree::new(&scope).unwrap()), None).unwrap();
+            let mut seen = 0;
+            for _ in 0..100 {
+                seen = q.read().unwrap().get(&lo).map_or(0, |q| q.receive);
+                if seen >= 3000 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            assert!(
+                seen >= 3000,
+                "unread bytes seen scoped to {}: {seen}",
+                scope.display()
+            );
         }
-        assert!(seen >= 3000, "own cgroup's unread bytes: {seen}");
-        let mut none = SocketQueues::new(Some(u64::MAX), None).unwrap();
+        let empty = std::env::temp_dir().join(format!("no-sockets-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let mut none = SocketQueues::new(Some(Subtree::new(&empty).unwrap()), None).unwrap();
         assert!(none.read().unwrap().is_empty());
+        let _ = std::fs::remove_dir(&empty);
     }
 
     /// Bytes a connection opened before the first read wrote and read are carried by its

@@ -13,23 +13,16 @@
 //! a socket names an id the last walk did not see (a cgroup made since), at most once per
 //! read, so a host whose jobs do not change walks it once.
 use std::{
-    os::unix::fs::DirEntryExt as _,
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use rustc_hash::FxHashMap;
 
+use super::cgroup_tree::{self, MISS_RETRY};
 use crate::{config::JobSettings, pathpattern::PathPattern};
 
-/// The deepest a walk goes, and the most directories it reads: a host's cgroup tree is a
-/// few levels and a few thousand directories; a runaway tree stops the walk, not the daemon.
-const MAX_DEPTH: usize = 32;
-const MAX_DIRS: usize = 200_000;
-/// How long an id no walk found is not looked for again: a socket in a cgroup made just
-/// after a walk read its parent is named at most this late.
-const MISS_RETRY: Duration = Duration::from_secs(10);
 /// The longest job name kept (a label value).
 const MAX_NAME: usize = 128;
 
@@ -122,26 +115,10 @@ impl JobFinder {
             by_id.insert(std::os::unix::fs::MetadataExt::ino(&m), None);
         }
         self.missed.retain(|_, t| t.elapsed() < MISS_RETRY);
-        let mut stack: Vec<(PathBuf, Vec<String>)> = vec![(self.root.clone(), Vec::new())];
-        let mut dirs = 0;
-        while let Some((dir, rel)) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue; // gone since its parent was read
-            };
-            for e in entries.flatten() {
-                if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                dirs += 1;
-                let mut path = rel.clone();
-                path.push(e.file_name().to_string_lossy().into_owned());
-                let parts: Vec<&str> = path.iter().map(String::as_str).collect();
-                by_id.insert(e.ino(), self.job_of(&parts, &pods).map(Arc::new));
-                if path.len() < MAX_DEPTH && dirs < MAX_DIRS {
-                    stack.push((e.path(), path));
-                }
-            }
-        }
+        cgroup_tree::walk(&self.root, |id, path| {
+            let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+            by_id.insert(id, self.job_of(&parts, &pods).map(Arc::new));
+        });
         self.by_id = by_id;
         self.walk_s = t.elapsed().as_secs_f64();
     }

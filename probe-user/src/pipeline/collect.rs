@@ -17,13 +17,15 @@ use crate::{
         netlink, progstats,
         rdma::RdmaSnapshot,
         readings::{HookStatus, LinkSeries, QdiscSeries, Readings},
-        sockets::{self as socket_queues, SocketQueues},
+        sockets::SocketQueues,
         sources::{self, Source, SourceStatus},
         Collector,
     },
     config::Config,
     host::{
-        cgroup, iface,
+        cgroup,
+        cgroup_tree::Subtree,
+        iface,
         jobs::{Job, JobFinder},
     },
     lifecycle::Lifecycle,
@@ -225,7 +227,7 @@ fn open_sockets(cfg: &Config) -> Option<SocketQueues> {
     let opened = cfg
         .cgroup
         .as_deref()
-        .map(socket_queues::cgroup_id)
+        .map(Subtree::new)
         .transpose()
         .and_then(|scope| SocketQueues::new(scope, job_tally(cfg)));
     match opened {
