@@ -12,6 +12,7 @@ use super::{record, JsonLines};
 use anyhow::{bail, Result};
 use probe_tests::prometheus::Prometheus;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -43,15 +44,26 @@ pub struct Live {
     ranks: usize,
     /// Every culprit alert seen firing.
     pub fired: Vec<Fired>,
+    /// What the probes said of the jobs, over the run: (job, host) -> the ranks
+    /// `probe_job_info` gave and the peers `probe_job_peer_info` named.
+    pub seen: BTreeMap<(String, usize), JobSeen>,
 }
 
 /// A culprit alert seen firing.
 pub struct Fired {
     /// Unix time.
     pub t: f64,
+    pub job: String,
     pub rank: usize,
     pub direction: String,
     pub cause: String,
+}
+
+/// One host's view of one job, as its probe exported it at any time of the run.
+#[derive(Serialize, Debug, Default, Clone, PartialEq)]
+pub struct JobSeen {
+    pub ranks: BTreeSet<String>,
+    pub peers: BTreeSet<String>,
 }
 
 /// The rank a Prometheus `instance` label (`<rank address>:<port>`) stands for.
@@ -77,6 +89,7 @@ impl Live {
             next: Instant::now(),
             ranks,
             fired: Vec::new(),
+            seen: BTreeMap::new(),
         })
     }
 
@@ -98,6 +111,7 @@ impl Live {
                     let label = |k| a.label(k).unwrap_or("").to_owned();
                     self.fired.push(Fired {
                         t: now_unix,
+                        job: label("training_job"),
                         rank: r,
                         direction: label("direction"),
                         cause: label("cause"),
@@ -117,6 +131,29 @@ impl Live {
                 self.scores.write(
                     &serde_json::json!({"t": now_unix, "score": name, "rank": r, "value": v}),
                 )?;
+            }
+        }
+        self.note_jobs()
+    }
+
+    /// The jobs each probe exports now, added to what it exported before.
+    fn note_jobs(&mut self) -> Result<()> {
+        for (series, label) in [("probe_job_info", "rank"), ("probe_job_peer_info", "peer")] {
+            for (labels, _) in self.prom.query_values(series)? {
+                let get = |k: &str| labels.get(k).and_then(|v| v.as_str()).unwrap_or("");
+                let Some(host) = rank_of(get("instance"), self.ranks) else {
+                    continue;
+                };
+                let seen = self
+                    .seen
+                    .entry((get("training_job").to_owned(), host))
+                    .or_default();
+                let set = if label == "rank" {
+                    &mut seen.ranks
+                } else {
+                    &mut seen.peers
+                };
+                set.insert(get(label).to_owned());
             }
         }
         Ok(())
@@ -144,90 +181,89 @@ pub fn expected(t: &Truth) -> (usize, &'static str) {
     }
 }
 
-/// What the culprit alert said about one episode.
+/// What the culprit alert said about one episode, in one job that runs on its host (an
+/// episode on a host two jobs share is judged in both).
 #[derive(Serialize, Debug)]
 pub struct Verdict {
     pub seq: usize,
     pub kind: Kind,
+    pub job: String,
+    /// The host (with one job, its rank).
     pub rank: usize,
     pub direction: &'static str,
-    /// Mean iteration time during the episode over the calm mean (traingen's log).
+    /// The job's mean iteration time during the episode over its calm mean (traingen's log).
     pub slowdown: Option<f64>,
-    /// Seconds from the episode's onset to the end of the first iteration that took 1.2x
-    /// the calm median or longer: when training slowed (a gradual episode's first steps
-    /// may not slow it at all).
+    /// Seconds from the episode's onset to the end of the job's first iteration that took
+    /// 1.2x its calm median or longer: when training slowed (a gradual episode's first
+    /// steps may not slow it at all).
     pub slowed_after_s: Option<f64>,
-    /// Seconds from the episode's onset to the first firing alert naming the right host and
-    /// direction while it was on (None: never).
+    /// Seconds from the episode's onset to the first firing alert of this job naming the
+    /// right host and direction while it was on (None: never).
     pub named_after_s: Option<f64>,
-    /// Other (host, direction) pairs named while it was on.
-    pub also_named: Vec<(usize, String)>,
+    /// Anything else named while it was on, in any job: (job, host, direction).
+    pub also_named: Vec<(String, usize, String)>,
 }
 
 #[derive(Serialize, Debug)]
 pub struct Report {
     pub episodes: Vec<Verdict>,
     /// Firing alerts seen while no episode was on (nor within the grace after one), as
-    /// (seconds after the traffic started, rank, direction, cause).
-    pub calm_alarms: Vec<(f64, usize, String, String)>,
+    /// (seconds after the traffic started, job, host, direction, cause).
+    pub calm_alarms: Vec<(f64, String, usize, String, String)>,
+    /// What each host's probe exported of each job over the run (the jobs it found).
+    pub jobs_seen: Vec<JobSeenAt>,
 }
 
-/// What the report needs of the run besides the alerts.
-pub struct Run<'a> {
-    pub truths: &'a [Truth],
-    /// Every rank's iterations (traingen's log).
-    pub iters: &'a [Iter],
-    /// The run's summary: its start, its calm iterations, each episode's slowdown.
-    pub summary: &'a Summary,
+/// [`JobSeen`] with its job and host, for the report.
+#[derive(Serialize, Debug)]
+pub struct JobSeenAt {
+    pub job: String,
+    pub host: usize,
+    #[serde(flatten)]
+    pub seen: JobSeen,
+}
+
+/// One job of the run, as the report needs it.
+pub struct JobRun {
+    pub name: String,
+    /// Its ranks' hosts.
+    pub hosts: Vec<usize>,
+    /// Its ranks' iterations (traingen's logs).
+    pub iters: Vec<Iter>,
+    /// Its summary: the run's start, its calm iterations, each episode's slowdown.
+    pub summary: Summary,
 }
 
 /// Holds the alerts seen against the ground truth.
-pub fn report(fired: &[Fired], run: &Run) -> Report {
-    let (truths, t0) = (run.truths, run.summary.t0);
-    let episodes = truths
-        .iter()
-        .filter(|t| !t.aborted)
-        .map(|t| {
-            let slowed_after_s = run.summary.calm.iterations.median_s.and_then(|calm| {
-                run.iters
-                    .iter()
-                    .filter(|i| i.t_end >= t.t_start && i.t_end <= t.t_end)
-                    .filter(|i| i.duration_s >= 1.2 * calm)
-                    .map(|i| i.t_end - t.t_start)
-                    .min_by(f64::total_cmp)
-            });
-            let slowdown = run
-                .summary
-                .episodes
-                .iter()
-                .find(|e| e.seq == t.seq)
-                .and_then(|e| e.slowdown);
-            let (rank, direction) = expected(t);
-            let during = fired
-                .iter()
-                .filter(|f| f.t >= t.t_start && f.t <= t.t_end + AFTER_GRACE_S);
-            let named_after_s = during
-                .clone()
-                .find(|f| f.rank == rank && f.direction == direction)
-                .map(|f| f.t - t.t_start);
-            let mut also_named: Vec<(usize, String)> = during
-                .filter(|f| !(f.rank == rank && f.direction == direction))
-                .map(|f| (f.rank, f.direction.clone()))
-                .collect();
-            also_named.sort();
-            also_named.dedup();
-            Verdict {
-                seq: t.seq,
-                kind: t.kind,
-                rank,
-                direction,
-                slowdown,
-                slowed_after_s,
-                named_after_s,
-                also_named,
-            }
-        })
-        .collect();
+pub fn report(
+    fired: &[Fired],
+    truths: &[Truth],
+    jobs: &[JobRun],
+    seen: &BTreeMap<(String, usize), JobSeen>,
+) -> Report {
+    let t0 = jobs.first().map_or(0.0, |j| j.summary.t0);
+    let mut episodes = Vec::new();
+    for t in truths.iter().filter(|t| !t.aborted) {
+        let (rank, direction) = expected(t);
+        let during: Vec<&Fired> = fired
+            .iter()
+            .filter(|f| f.t >= t.t_start && f.t <= t.t_end + AFTER_GRACE_S)
+            .collect();
+        let on_host: Vec<&JobRun> = jobs.iter().filter(|j| j.hosts.contains(&rank)).collect();
+        let right = |f: &Fired| {
+            f.rank == rank && f.direction == direction && on_host.iter().any(|j| j.name == f.job)
+        };
+        let mut also_named: Vec<(String, usize, String)> = during
+            .iter()
+            .filter(|f| !right(f))
+            .map(|f| (f.job.clone(), f.rank, f.direction.clone()))
+            .collect();
+        also_named.sort();
+        also_named.dedup();
+        for job in &on_host {
+            episodes.push(verdict(t, job, &during, also_named.clone()));
+        }
+    }
     let calm_alarms = fired
         .iter()
         .filter(|f| {
@@ -235,11 +271,67 @@ pub fn report(fired: &[Fired], run: &Run) -> Report {
                 .iter()
                 .any(|t| f.t >= t.t_start && f.t <= t.t_end + AFTER_GRACE_S)
         })
-        .map(|f| (f.t - t0, f.rank, f.direction.clone(), f.cause.clone()))
+        .map(|f| {
+            (
+                f.t - t0,
+                f.job.clone(),
+                f.rank,
+                f.direction.clone(),
+                f.cause.clone(),
+            )
+        })
+        .collect();
+    let jobs_seen = seen
+        .iter()
+        .map(|((job, host), s)| JobSeenAt {
+            job: job.clone(),
+            host: *host,
+            seen: s.clone(),
+        })
         .collect();
     Report {
         episodes,
         calm_alarms,
+        jobs_seen,
+    }
+}
+
+/// One episode in one job on its host.
+fn verdict(
+    t: &Truth,
+    job: &JobRun,
+    during: &[&Fired],
+    also_named: Vec<(String, usize, String)>,
+) -> Verdict {
+    let (rank, direction) = expected(t);
+    let slowed_after_s = job.summary.calm.iterations.median_s.and_then(|calm| {
+        job.iters
+            .iter()
+            .filter(|i| i.t_end >= t.t_start && i.t_end <= t.t_end)
+            .filter(|i| i.duration_s >= 1.2 * calm)
+            .map(|i| i.t_end - t.t_start)
+            .min_by(f64::total_cmp)
+    });
+    let slowdown = job
+        .summary
+        .episodes
+        .iter()
+        .find(|e| e.seq == t.seq)
+        .and_then(|e| e.slowdown);
+    let named_after_s = during
+        .iter()
+        .find(|f| f.job == job.name && f.rank == rank && f.direction == direction)
+        .map(|f| f.t - t.t_start);
+    Verdict {
+        seq: t.seq,
+        kind: t.kind,
+        job: job.name.clone(),
+        rank,
+        direction,
+        slowdown,
+        slowed_after_s,
+        named_after_s,
+        also_named,
     }
 }
 
@@ -262,8 +354,8 @@ pub fn render(r: &Report) -> String {
             format!(", also named {:?}", v.also_named)
         };
         s += &format!(
-            "  episode {} {} on rank {} ({}): {slowed}; {named}{also}\n",
-            v.seq, v.kind, v.rank, v.direction
+            "  episode {} {} on rank {} ({}) in {}: {slowed}; {named}{also}\n",
+            v.seq, v.kind, v.rank, v.direction, v.job
         );
     }
     s += &format!(
@@ -271,7 +363,7 @@ pub fn render(r: &Report) -> String {
         r.calm_alarms.len(),
         r.calm_alarms
             .first()
-            .map(|(t, r, d, c)| format!(" (first at {t:.0} s: rank {r} {d} {c})"))
+            .map(|(t, j, r, d, c)| format!(" (first at {t:.0} s: rank {r} {d} {c} in {j})"))
             .unwrap_or_default()
     );
     s
@@ -296,5 +388,90 @@ mod tests {
         assert_eq!(rank_of(&at(4), 4), None);
         assert_eq!(rank_of(&format!("{}:9090", switch_addr()), 4), None);
         assert_eq!(rank_of("no-port", 4), None);
+    }
+
+    fn truth(seq: usize, rank: usize, t_start: f64, t_end: f64) -> Truth {
+        Truth {
+            t_start,
+            t_end,
+            kind: Kind::Tbf,
+            rank,
+            params: super::super::schedule::Params::Tbf {
+                rate_mbit: 62,
+                base_mbit: 1000,
+            },
+            seq,
+            planned_start_s: t_start,
+            planned_end_s: t_end,
+            observed: serde_json::Value::Null,
+            aborted: false,
+            onset: super::super::schedule::Onset::Abrupt,
+            gradual: None,
+        }
+    }
+
+    fn job(name: &str, hosts: &[usize]) -> JobRun {
+        let retrans = BTreeMap::new();
+        JobRun {
+            name: name.into(),
+            hosts: hosts.to_vec(),
+            iters: Vec::new(),
+            summary: super::super::summary::summarize(&super::super::summary::Inputs {
+                t0: 0.0,
+                t_last: 100.0,
+                ranks: hosts.len(),
+                iters: &[],
+                truth: &[],
+                rtt: &[],
+                retrans: &retrans,
+                calm_retrans: None,
+            }),
+        }
+    }
+
+    fn fired(t: f64, job: &str, rank: usize) -> Fired {
+        Fired {
+            t,
+            job: job.into(),
+            rank,
+            direction: "egress".into(),
+            cause: "queue".into(),
+        }
+    }
+
+    /// An episode is judged in every job on its host, each by its own alerts; an alert in a
+    /// job the host is not in, or naming another host, is another host named, with its job.
+    #[test]
+    fn episodes_are_judged_in_the_jobs_on_their_host() {
+        let jobs = [job("a", &[0, 1, 2, 3]), job("b", &[2, 3, 4, 5])];
+        let truths = [truth(0, 2, 10.0, 20.0), truth(1, 4, 50.0, 60.0)];
+        let alerts = [
+            fired(14.0, "a", 2),
+            fired(16.0, "b", 2),
+            fired(55.0, "b", 4),
+            fired(56.0, "a", 1),
+            fired(90.0, "b", 5),
+        ];
+        let r = report(&alerts, &truths, &jobs, &BTreeMap::new());
+        let got: Vec<(usize, &str, Option<f64>)> = r
+            .episodes
+            .iter()
+            .map(|v| (v.seq, v.job.as_str(), v.named_after_s))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "a", Some(4.0)),
+                (0, "b", Some(6.0)),
+                (1, "b", Some(5.0))
+            ]
+        );
+        assert!(r.episodes[0].also_named.is_empty());
+        assert_eq!(
+            r.episodes[2].also_named,
+            [("a".to_owned(), 1, "egress".to_owned())]
+        );
+        assert_eq!(r.calm_alarms.len(), 1);
+        assert_eq!((r.calm_alarms[0].1.as_str(), r.calm_alarms[0].2), ("b", 5));
     }
 }

@@ -47,6 +47,8 @@ use topo::{rank_addr, Lab, ProcId};
 const TRAIN_PORT: u16 = 29500;
 /// Port of the iperf3 cross traffic (never the training port).
 const CROSS_PORT: u16 = 5201;
+/// The probes' configuration with --jobs 2 (in the output directory).
+const JOBS_CONFIG: &str = "probe-jobs.toml";
 /// How long after the planned end the ranks may take to finish their last iteration.
 const FINISH_GRACE: Duration = Duration::from_secs(20);
 
@@ -149,6 +151,15 @@ pub struct LabArgs {
     /// logged (alerts.jsonl, scores.jsonl) and held against the ground truth (live.json).
     #[arg(long, requires = "probe_per_rank")]
     pub prometheus: bool,
+    /// With --probe-per-rank: 2 runs a second training job beside the first, as a shared
+    /// fleet does: as many ranks, on the first job's second half of hosts and as many more
+    /// (4 ranks: the first job on hosts 0-3, the second on hosts 2-5), on its own port.
+    /// Every rank runs in a cgroup of its own below its host's (`lab<pid>/r<host>/<job>/
+    /// rank<rank>`), and each host's probe, scoped to its host's cgroup, is told no job: it
+    /// finds each connection's job from its cgroup (`job_from_cgroup`).
+    #[arg(long, default_value_t = 1, requires = "probe_per_rank",
+          value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub jobs: u8,
     /// The probe binary for --record and --corpus (default: build it, in the profile of
     /// traingen).
     #[arg(long, value_name = "FILE")]
@@ -186,6 +197,56 @@ impl LabArgs {
         self.duration
             .unwrap_or(if self.corpus.is_some() { 60.0 } else { 30.0 })
     }
+
+    /// The training jobs of a run and the hosts each runs on (rank r of a job on the r-th of
+    /// its hosts).
+    pub fn job_plans(&self) -> Vec<JobPlan> {
+        let n = usize::from(self.ranks);
+        (0..usize::from(self.jobs))
+            .map(|j| {
+                let first = j * n.div_ceil(2);
+                JobPlan {
+                    name: match j {
+                        0 => format!("lab-seed{}", self.seed),
+                        _ => format!("lab-seed{}-job{j}", self.seed),
+                    },
+                    hosts: (first..first + n).collect(),
+                    port: TRAIN_PORT + j as u16,
+                    log_prefix: match j {
+                        0 => String::new(),
+                        _ => format!("job{j}-"),
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+/// One training job of a lab run.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobPlan {
+    pub name: String,
+    /// Its ranks' hosts, rank order.
+    pub hosts: Vec<usize>,
+    /// The port its ranks listen on.
+    pub port: u16,
+    /// Its ranks' logs are `<log_prefix>rank<r>.jsonl` (the first job's as with one job).
+    #[serde(skip)]
+    pub log_prefix: String,
+}
+
+impl JobPlan {
+    pub fn log(&self, rank: usize) -> String {
+        format!("{}rank{rank}.jsonl", self.log_prefix)
+    }
+}
+
+/// How many hosts (rank namespaces) a run's jobs need.
+fn host_count(jobs: &[JobPlan]) -> usize {
+    jobs.iter()
+        .flat_map(|j| j.hosts.iter())
+        .max()
+        .map_or(0, |h| h + 1)
 }
 
 /// Parses `MIN-MAX` seconds, 0 <= MIN <= MAX.
@@ -289,6 +350,10 @@ fn check_args(args: &LabArgs) -> Result<()> {
     if args.probe_per_rank && args.record.is_none() && args.corpus.is_none() {
         bail!("--probe-per-rank is for --record or --corpus");
     }
+    if args.jobs > 1 && args.corpus.is_some() {
+        bail!("--jobs is for one --record run, not --corpus");
+    }
+
     Ok(())
 }
 
@@ -318,7 +383,7 @@ fn check_tools(args: &LabArgs) -> Result<()> {
 fn run_one(args: &LabArgs, out: &Path, traingen: &Path, probe: Option<&Path>) -> Result<()> {
     fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
-    let mut lab = Lab::new(args.ranks as usize);
+    let mut lab = Lab::new(host_count(&args.job_plans()));
     let result = drive(args, &mut lab, &out, traingen, probe);
     let problems = lab.teardown();
     for p in &problems {
@@ -446,9 +511,13 @@ struct Meta<'a> {
     recording: Option<&'static str>,
     /// Every rank's recording with --probe-per-rank (rank 0's alone otherwise).
     recordings: Vec<String>,
-    /// The probes' `--training-job` with --probe-per-rank.
+    /// The probes' `--training-job` with --probe-per-rank and one job.
     #[serde(skip_serializing_if = "Option::is_none")]
     training_job: Option<&'a str>,
+    /// With --jobs 2: each job, its hosts (`rank_info` is then one per host, its first
+    /// job's log) and its port; the probes found the jobs themselves.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    jobs: &'a [JobPlan],
 }
 
 #[derive(Serialize)]
@@ -498,6 +567,8 @@ fn drive(
     probe: Option<&Path>,
 ) -> Result<()> {
     let n = args.ranks as usize;
+    let jobs = args.job_plans();
+    let hosts = host_count(&jobs);
     let started = Instant::now();
     topo::set_queue_ms(args.queue_ms);
     lab.build(args.link_mbit)?;
@@ -507,7 +578,7 @@ fn drive(
     let plan = Plan {
         seed: args.seed,
         duration_s: args.duration_s(),
-        ranks: n,
+        ranks: hosts,
         kinds: args.kinds.clone(),
         link_mbit: args.link_mbit,
         cross_port: CROSS_PORT,
@@ -520,8 +591,9 @@ fn drive(
         Vec::new()
     };
     eprintln!(
-        "lab: {n} ranks ({}), {} bytes, {} ms compute, {} s, {} episode(s), base link {} Mbit/s, set up in {:.1} s -> {}",
+        "lab: {n} ranks ({}){}, {} bytes, {} ms compute, {} s, {} episode(s), base link {} Mbit/s, set up in {:.1} s -> {}",
         args.pattern.name(),
+        if jobs.len() > 1 { format!(" x {} jobs on {hosts} hosts", jobs.len()) } else { String::new() },
         args.size,
         args.period_ms,
         args.duration_s(),
@@ -532,67 +604,20 @@ fn drive(
     );
 
     // The probes first: sock_ops tracks connections established after it attached.
-    let job = format!("lab-seed{}", args.seed);
-    if args.probe_per_rank {
-        lab.make_rank_cgroups()?;
-    }
-    let mut recorders = Vec::new();
-    if let Some(p) = probe {
-        for i in 0..if args.probe_per_rank { n } else { 1 } {
-            let cgroup = lab.rank_cgroup(i);
-            let scope = record::Scope {
-                rank: i,
-                cgroup: cgroup.as_deref(),
-                training_job: args.probe_per_rank.then_some(job.as_str()),
-            };
-            recorders.push(record::start(lab, p, out, &scope)?);
-        }
-    }
+    let recorders = start_probes(args, lab, &jobs, out, probe)?;
     let mut live = if args.prometheus {
-        Some(live::Live::start(lab, n, out)?)
+        Some(live::Live::start(lab, hosts, out)?)
     } else {
         None
     };
 
     // Start the ranks.
-    let peers = (0..n)
-        .map(|i| rank_addr(i).to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut rank_procs: Vec<ProcId> = Vec::with_capacity(n);
     let t0 = unix_now();
     let t0_i = Instant::now();
-    for i in 0..n {
-        let log = out.join(format!("rank{i}.jsonl"));
-        let err = out.join(format!("rank{i}.stderr"));
-        // In its rank's cgroup, if the lab made them: the shell moves itself in, then
-        // execs (same pid), so every socket of the rank is created inside it.
-        let mut c = match lab.rank_cgroup(i) {
-            Some(cg) => probe_tests::cgroup::command_in(&cg, &["ip"]),
-            None => Command::new("ip"),
-        };
-        c.args(["netns", "exec", &lab.rank_ns(i)])
-            .arg(traingen)
-            .args(["--rank", &i.to_string(), "--world", &n.to_string()])
-            .args(["--peers", &peers, "--port", &TRAIN_PORT.to_string()])
-            .args([
-                "--pattern",
-                args.pattern.name(),
-                "--size",
-                &args.size.to_string(),
-            ])
-            .args(["--period-ms", &args.period_ms.to_string()])
-            .args(straggle_args(&sched, i))
-            .args(["--duration", &args.duration_s().to_string()])
-            .arg("--log")
-            .arg(&log)
-            .args(congestion_args(&args.congestion))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&err).with_context(|| format!("creating {}", err.display()))?);
-        rank_procs.push(lab.spawn(&format!("traingen rank {i}"), c)?);
+    let mut rank_procs: Vec<ProcId> = Vec::with_capacity(n * jobs.len());
+    for job in &jobs {
+        start_ranks(args, lab, job, &sched, out, traingen, &mut rank_procs)?;
     }
-
     let meta = Meta {
         t0,
         pattern: args.pattern,
@@ -609,13 +634,16 @@ fn drive(
         train_port: TRAIN_PORT,
         cross_port: CROSS_PORT,
         switch_ns: lab.switch_ns(),
-        rank_info: (0..n)
+        rank_info: (0..hosts)
             .map(|i| RankInfo {
                 rank: i,
                 ns: lab.rank_ns(i),
                 addr: rank_addr(i).to_string(),
                 dev: topo::RANK_DEV,
-                log: format!("rank{i}.jsonl"),
+                log: jobs
+                    .iter()
+                    .find_map(|j| j.hosts.iter().position(|&h| h == i).map(|r| j.log(r)))
+                    .unwrap_or_default(),
             })
             .collect(),
         schedule: &sched,
@@ -630,14 +658,15 @@ fn drive(
                 dir.join(record::RECORDING).to_string_lossy().into_owned()
             })
             .collect(),
-        training_job: args.probe_per_rank.then_some(job.as_str()),
+        training_job: (args.probe_per_rank && jobs.len() == 1).then_some(jobs[0].name.as_str()),
+        jobs: if jobs.len() > 1 { &jobs } else { &[] },
     };
     fs::write(out.join("lab.json"), serde_json::to_vec_pretty(&meta)?)?;
 
-    let mut timeline = Timeline::new(&sched, out, &args.congestion, n, t0)?;
+    let mut timeline = Timeline::new(&sched, out, &args.congestion, hosts, t0)?;
     let mut rtt_log = JsonLines::create(&out.join("rtt.jsonl"))?;
     let mut rtt: Vec<summary::RttSample> = Vec::new();
-    let retrans_t0 = retrans_total(lab, n);
+    let retrans_t0 = retrans_total(lab, hosts);
 
     let sample_every = Duration::from_millis(args.sample_ms);
     let mut next_sample = Duration::ZERO;
@@ -685,7 +714,7 @@ fn drive(
             }
             if !sample_every.is_zero() && now >= next_sample {
                 next_sample = now + sample_every;
-                sample_rtt(lab, n, &mut rtt_log, &mut rtt)?;
+                sample_rtt(lab, hosts, &mut rtt_log, &mut rtt)?;
             }
             Ok(())
         })();
@@ -715,7 +744,7 @@ fn drive(
 
     // The kernel's view of the traffic, before the namespaces go.
     let mut counters = BTreeMap::new();
-    for i in 0..n {
+    for i in 0..hosts {
         match observe::iface_counters(&lab.rank_ns(i), topo::RANK_DEV) {
             Ok(c) => {
                 counters.insert(i, c);
@@ -723,7 +752,7 @@ fn drive(
             Err(e) => eprintln!("lab: counters of rank {i}: {e:#}"),
         }
     }
-    let retrans_end = retrans_total(lab, n);
+    let retrans_end = retrans_total(lab, hosts);
     let Timeline {
         truths, retrans, ..
     } = timeline;
@@ -733,20 +762,31 @@ fn drive(
         _ => None,
     };
 
-    let mut iters = Vec::new();
-    for i in 0..n {
-        iters.extend(summary::read_iters(&out.join(format!("rank{i}.jsonl")))?);
+    // Each job's iterations and summary (the RTT samples are the first job's port's).
+    let mut runs = Vec::with_capacity(jobs.len());
+    for (j, job) in jobs.iter().enumerate() {
+        let mut iters = Vec::new();
+        for r in 0..job.hosts.len() {
+            iters.extend(summary::read_iters(&out.join(job.log(r)))?);
+        }
+        let summary = summary::summarize(&summary::Inputs {
+            t0,
+            t_last,
+            ranks: n,
+            iters: &iters,
+            truth: &truths,
+            rtt: if j == 0 { &rtt } else { &[] },
+            retrans: &retrans,
+            calm_retrans,
+        });
+        runs.push(live::JobRun {
+            name: job.name.clone(),
+            hosts: job.hosts.clone(),
+            iters,
+            summary,
+        });
     }
-    let s = summary::summarize(&summary::Inputs {
-        t0,
-        t_last,
-        ranks: n,
-        iters: &iters,
-        truth: &truths,
-        rtt: &rtt,
-        retrans: &retrans,
-        calm_retrans,
-    });
+    let s = &runs[0].summary;
     let traffic: Vec<String> = counters
         .iter()
         .map(|(i, c)| {
@@ -767,19 +807,16 @@ fn drive(
         t_last - t0
     );
     println!("traffic on {}: {}", topo::RANK_DEV, traffic.join(", "));
-    print!("{}", summary::render(&s));
+    print!("{}", summary::render(s));
+    for r in &runs[1..] {
+        println!("job {} (hosts {:?}):", r.name, r.hosts);
+        print!("{}", summary::render(&r.summary));
+    }
     for (i, line) in &recorded {
         println!("probe on rank {i}: {}", line.trim_start_matches("record: "));
     }
     if let Some(l) = live {
-        let r = live::report(
-            &l.fired,
-            &live::Run {
-                truths: &truths,
-                iters: &iters,
-                summary: &s,
-            },
-        );
+        let r = live::report(&l.fired, &truths, &runs, &l.seen);
         print!("{}", live::render(&r));
         live::write(out, &r)?;
         if let Err(e) = l.finish() {
@@ -787,8 +824,13 @@ fn drive(
         }
     }
     println!("output: {}", out.display());
+    let others: Vec<_> = runs[1..]
+        .iter()
+        .map(|r| serde_json::json!({"job": r.name, "hosts": r.hosts, "summary": r.summary}))
+        .collect();
     let report = serde_json::json!({
         "summary": s,
+        "jobs": others,
         "counters": counters,
         "recording": recorded.iter().any(|(i, _)| *i == 0).then_some(record::RECORDING),
         "failure": failure.as_ref().map(|e| format!("{e:#}")),
@@ -804,6 +846,108 @@ fn drive(
         }
         None => Ok(()),
     }
+}
+
+/// With --record: a probe and its recorder per host (--probe-per-rank) or on rank 0's host.
+/// One job: each scoped to its rank's cgroup and told the job. Several: each scoped to its
+/// host's cgroup, with the jobs' ranks in cgroups below it, and told none: it finds them.
+fn start_probes(
+    args: &LabArgs,
+    lab: &mut Lab,
+    jobs: &[JobPlan],
+    out: &Path,
+    probe: Option<&Path>,
+) -> Result<Vec<record::Recorder>> {
+    let Some(p) = probe else {
+        return Ok(Vec::new());
+    };
+    let mut config = None;
+    if args.probe_per_rank {
+        lab.make_rank_cgroups()?;
+        if jobs.len() > 1 {
+            lab.make_job_cgroups(jobs)?;
+            let file = out.join(JOBS_CONFIG);
+            let template = format!("{}/*/{{job}}/rank{{rank}}", lab.cgroup_prefix());
+            fs::write(&file, format!("job_from_cgroup = [{template:?}]\n"))
+                .with_context(|| format!("writing {}", file.display()))?;
+            config = Some(file);
+        }
+    }
+    let hosts = if args.probe_per_rank {
+        host_count(jobs)
+    } else {
+        1
+    };
+    let mut recorders = Vec::with_capacity(hosts);
+    for i in 0..hosts {
+        let cgroup = lab.rank_cgroup(i);
+        let scope = record::Scope {
+            rank: i,
+            cgroup: cgroup.as_deref(),
+            training_job: (args.probe_per_rank && jobs.len() == 1).then_some(jobs[0].name.as_str()),
+            config: config.as_deref(),
+        };
+        recorders.push(record::start(lab, p, out, &scope)?);
+    }
+    Ok(recorders)
+}
+
+/// Starts one job's traingen ranks, each on its host, in its cgroup if the lab made them.
+fn start_ranks(
+    args: &LabArgs,
+    lab: &mut Lab,
+    job: &JobPlan,
+    sched: &[Episode],
+    out: &Path,
+    traingen: &Path,
+    procs: &mut Vec<ProcId>,
+) -> Result<()> {
+    let n = job.hosts.len();
+    let peers = job
+        .hosts
+        .iter()
+        .map(|&h| rank_addr(h).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    for (i, &host) in job.hosts.iter().enumerate() {
+        let log = out.join(job.log(i));
+        let err = out.join(job.log(i).replace(".jsonl", ".stderr"));
+        // In its rank's cgroup, if the lab made them: the shell moves itself in, then
+        // execs (same pid), so every socket of the rank is created inside it.
+        let cgroup = match lab.job_cgroup(host, &job.name, i) {
+            Some(cg) => Some(cg),
+            None => lab.rank_cgroup(host),
+        };
+        let mut c = match cgroup {
+            Some(cg) => probe_tests::cgroup::command_in(&cg, &["ip"]),
+            None => Command::new("ip"),
+        };
+        c.args(["netns", "exec", &lab.rank_ns(host)])
+            .arg(traingen)
+            .args(["--rank", &i.to_string(), "--world", &n.to_string()])
+            .args(["--peers", &peers, "--port", &job.port.to_string()])
+            .args([
+                "--pattern",
+                args.pattern.name(),
+                "--size",
+                &args.size.to_string(),
+            ])
+            .args(["--period-ms", &args.period_ms.to_string()])
+            .args(straggle_args(sched, host))
+            .args(["--duration", &args.duration_s().to_string()])
+            .arg("--log")
+            .arg(&log)
+            .args(congestion_args(&args.congestion))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&err).with_context(|| format!("creating {}", err.display()))?);
+        let label = match job.log_prefix.as_str() {
+            "" => format!("traingen rank {i}"),
+            _ => format!("traingen {} rank {i}", job.name),
+        };
+        procs.push(lab.spawn(&label, c)?);
+    }
+    Ok(())
 }
 
 /// `--straggle FROM:TO:FACTOR` for rank `rank`'s traingen, one per straggle episode of the
@@ -1012,6 +1156,7 @@ mod run_tests {
             probe: None,
             probe_per_rank: false,
             prometheus: false,
+            jobs: 1,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 15,

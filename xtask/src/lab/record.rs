@@ -77,6 +77,8 @@ pub struct Scope<'a> {
     pub rank: usize,
     pub cgroup: Option<&'a Path>,
     pub training_job: Option<&'a str>,
+    /// `probe run --config` (with several jobs: how to find them from cgroups).
+    pub config: Option<&'a Path>,
 }
 
 /// Where rank `i`'s probe writes: the output directory itself for rank 0 (as with one
@@ -106,6 +108,9 @@ pub fn start(lab: &mut Lab, probe: &Path, out: &Path, scope: &Scope) -> Result<R
     }
     if let Some(job) = scope.training_job {
         args.extend(["--training-job".into(), job.to_owned()]);
+    }
+    if let Some(file) = scope.config {
+        args.extend(["--config".into(), file.to_string_lossy().into_owned()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let c = nsenter(&ns, probe, &args, &probe_log)?;
@@ -318,6 +323,7 @@ pub(super) mod tests {
             probe: std::env::var_os("PROBE_BIN").map(std::path::PathBuf::from),
             probe_per_rank: false,
             prometheus: false,
+            jobs: 1,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 1,
@@ -445,6 +451,7 @@ pub(super) mod tests {
             probe,
             probe_per_rank: false,
             prometheus: false,
+            jobs: 1,
             corpus: None,
             corpus_packed: None,
             corpus_runs: 15,
@@ -576,12 +583,22 @@ pub(super) mod tests {
         duration_s: f64,
         calm: (f64, f64),
     ) -> (u64, Vec<schedule::Episode>) {
+        seed_with_deep_tbfs_on(4, duration_s, calm, |_| true)
+    }
+
+    /// The same for `hosts` hosts, with every episode on a host `on` accepts.
+    fn seed_with_deep_tbfs_on(
+        hosts: usize,
+        duration_s: f64,
+        calm: (f64, f64),
+        on: impl Fn(usize) -> bool,
+    ) -> (u64, Vec<schedule::Episode>) {
         (1..1000)
             .find_map(|seed| {
                 let plan = Plan {
                     seed,
                     duration_s,
-                    ranks: 4,
+                    ranks: hosts,
                     kinds: vec![Kind::Tbf],
                     link_mbit: LINK_MBIT,
                     cross_port: CROSS_PORT,
@@ -590,11 +607,11 @@ pub(super) mod tests {
                 };
                 let s = schedule::build(&plan);
                 s.iter()
-                    .all(|e| matches!(e.params, Params::Tbf { rate_mbit, .. } if rate_mbit <= LINK_MBIT / 8))
+                    .all(|e| on(e.rank) && matches!(e.params, Params::Tbf { rate_mbit, .. } if rate_mbit <= LINK_MBIT / 8))
                     .then_some((seed, s))
                     .filter(|(_, s)| !s.is_empty())
             })
-            .expect("some seed below 1000 schedules only deep tbf episodes")
+            .expect("some seed below 1000 schedules only deep tbf episodes there")
     }
 
     /// One probe per rank (`--probe-per-rank`) and a real Prometheus scraping them all
@@ -719,6 +736,117 @@ pub(super) mod tests {
         assert_eq!(
             check["calm_ticks_named"], 0,
             "probe analyze named a host in calm"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two training jobs on shared hosts (`--jobs 2`: 4 ranks each, the first on hosts 0-3,
+    /// the second on hosts 2-5), one probe per host scoped to its host's cgroup and told no
+    /// job, a real Prometheus evaluating rules/: each probe names every job on its host from
+    /// the ranks' cgroups, with the rank and the ring neighbours the lab gave that rank (and
+    /// never another job's); a squeeze on a host only the second job uses is named in that
+    /// job, its host and direction within 10 s, and nothing is named in the first job, nor
+    /// while calm.
+    #[test]
+    fn two_jobs_on_shared_hosts_the_culprit_is_named_in_its_job_only() {
+        if !crate::build::is_root() {
+            eprintln!("skipped two_jobs_on_shared_hosts_the_culprit_is_named_in_its_job_only: it needs root");
+            return;
+        }
+        const N: u16 = 4;
+        const DURATION_S: f64 = 70.0;
+        const CALM: (f64, f64) = (35.0, 40.0);
+        let _turn = LAB.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("lab-two-jobs-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut args = LabArgs {
+            probe_per_rank: true,
+            prometheus: true,
+            jobs: 2,
+            size: 2 << 20,
+            episodes: OnOff::On,
+            kinds: vec![Kind::Tbf],
+            calm: Some(CALM),
+            ..recorded_args(&dir, Pattern::Ring, N, 200, DURATION_S)
+        };
+        let plans = args.job_plans();
+        let hosts = plans.iter().flat_map(|j| j.hosts.iter()).max().unwrap() + 1;
+        assert_eq!(hosts, 6);
+        let only_second = |h: usize| !plans[0].hosts.contains(&h);
+        let (seed, sched) = seed_with_deep_tbfs_on(hosts, DURATION_S, CALM, only_second);
+        args.seed = seed;
+        let plans = args.job_plans();
+        eprintln!("lab test: seed {seed}, jobs {plans:?}, schedule {sched:?}");
+        let result = run(args);
+        let prefix = format!("lab{}", std::process::id());
+        let left = topo::list_namespaces().unwrap();
+        assert!(
+            !left.iter().any(|n| n.starts_with(&prefix)),
+            "left: {left:?}"
+        );
+        let cgroup = topo::cgroup2_mount().unwrap().join(&prefix);
+        assert!(!cgroup.exists(), "{} is left", cgroup.display());
+        result.expect("the lab runs with --jobs 2");
+
+        let live: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("live.json")).unwrap()).unwrap();
+        eprintln!("lab test: {live}");
+
+        // Every job on every host of it, with its rank and its ring neighbours, and nothing
+        // else: what the lab told each traingen, not what the probe derived.
+        let addr = |h: usize| topo::rank_addr(h).to_string();
+        let mut want = serde_json::Map::new();
+        for job in &plans {
+            let n = job.hosts.len();
+            for (r, &h) in job.hosts.iter().enumerate() {
+                let mut peers = vec![
+                    addr(job.hosts[(r + 1) % n]),
+                    addr(job.hosts[(r + n - 1) % n]),
+                ];
+                peers.sort();
+                want.insert(
+                    format!("{} on host {h}", job.name),
+                    serde_json::json!({"ranks": [r.to_string()], "peers": peers}),
+                );
+            }
+        }
+        let seen: serde_json::Map<String, serde_json::Value> = live["jobs_seen"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    format!("{} on host {}", s["job"].as_str().unwrap(), s["host"]),
+                    serde_json::json!({"ranks": s["ranks"], "peers": s["peers"]}),
+                )
+            })
+            .collect();
+        assert_eq!(seen, want, "the jobs the probes found, per host");
+
+        // The culprit: named in the second job, never in the first.
+        let episodes = live["episodes"].as_array().unwrap();
+        assert_eq!(
+            episodes.len(),
+            sched.len(),
+            "every episode is judged, in its one job"
+        );
+        for e in episodes {
+            assert_eq!(e["job"], plans[1].name.as_str(), "{e}");
+            assert!(
+                e["named_after_s"].as_f64().is_some_and(|s| s <= 10.0),
+                "episode {e}: the culprit alert did not name host {} egress within 10 s",
+                e["rank"]
+            );
+            assert_eq!(
+                e["also_named"],
+                serde_json::json!([]),
+                "episode {e}: other hosts or jobs named"
+            );
+        }
+        assert_eq!(
+            live["calm_alarms"],
+            serde_json::json!([]),
+            "named while calm"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

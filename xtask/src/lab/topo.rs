@@ -142,6 +142,40 @@ impl Lab {
         (!self.cgroups.is_empty()).then(|| self.cgroups[0].join(format!("r{i}")))
     }
 
+    /// The lab's cgroup directory, relative to the cgroup v2 mount (`lab<pid>`).
+    pub fn cgroup_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// With several jobs (`--jobs`): below each host's cgroup one per job running there and
+    /// one per rank in it, `lab<pid>/r<host>/<job>/rank<rank>`, as a scheduler lays out the
+    /// jobs it puts on a node. After `make_rank_cgroups`.
+    pub fn make_job_cgroups(&mut self, jobs: &[super::JobPlan]) -> Result<()> {
+        for job in jobs {
+            for (r, &host) in job.hosts.iter().enumerate() {
+                let Some(host_dir) = self.rank_cgroup(host) else {
+                    bail!("the rank cgroups are made first");
+                };
+                let job_dir = host_dir.join(&job.name);
+                for dir in [job_dir.clone(), job_dir.join(format!("rank{r}"))] {
+                    std::fs::create_dir(&dir)
+                        .with_context(|| format!("creating cgroup {}", dir.display()))?;
+                    self.cgroups.push(dir);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rank `rank` of `job`'s cgroup on host `host`, if the lab made it.
+    pub fn job_cgroup(&self, host: usize, job: &str, rank: usize) -> Option<PathBuf> {
+        let dir = self
+            .rank_cgroup(host)?
+            .join(job)
+            .join(format!("rank{rank}"));
+        self.cgroups.contains(&dir).then_some(dir)
+    }
+
     fn add_ns(&mut self, name: String) -> Result<()> {
         cmd::run(&["ip", "netns", "add", &name]).with_context(|| {
             format!(
@@ -459,17 +493,23 @@ fn clean_stale_cgroups() -> usize {
         }
         let dir = e.path();
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");
-        if let Ok(ranks) = std::fs::read_dir(&dir) {
-            for r in ranks.flatten().filter(|r| r.path().is_dir()) {
-                let _ = std::fs::remove_dir(r.path());
-            }
-        }
-        if std::fs::remove_dir(&dir).is_ok() {
+        if remove_cgroup_tree(&dir) {
             eprintln!("removed stale cgroup {}", dir.display());
             removed += 1;
         }
     }
     removed
+}
+
+/// Removes a cgroup and every cgroup below it (ranks, and jobs' ranks, before their
+/// parents); whether it is gone.
+fn remove_cgroup_tree(dir: &std::path::Path) -> bool {
+    if let Ok(children) = std::fs::read_dir(dir) {
+        for c in children.flatten().filter(|c| c.path().is_dir()) {
+            remove_cgroup_tree(&c.path());
+        }
+    }
+    std::fs::remove_dir(dir).is_ok()
 }
 
 /// The cgroup v2 mount (needed for --probe-per-rank).
