@@ -914,10 +914,9 @@ fn start_ranks(
         let err = out.join(job.log(i).replace(".jsonl", ".stderr"));
         // In its rank's cgroup, if the lab made them: the shell moves itself in, then
         // execs (same pid), so every socket of the rank is created inside it.
-        let cgroup = match lab.job_cgroup(host, &job.name, i) {
-            Some(cg) => Some(cg),
-            None => lab.rank_cgroup(host),
-        };
+        let cgroup = lab
+            .job_cgroup(host, &job.name, i)
+            .or_else(|| lab.rank_cgroup(host));
         let mut c = match cgroup {
             Some(cg) => probe_tests::cgroup::command_in(&cg, &["ip"]),
             None => Command::new("ip"),

@@ -577,6 +577,18 @@ pub(super) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// No namespace and no cgroup of this process's labs is left.
+    fn assert_lab_left_nothing() {
+        let prefix = format!("lab{}", std::process::id());
+        let left = topo::list_namespaces().unwrap();
+        assert!(
+            !left.iter().any(|n| n.starts_with(&prefix)),
+            "left: {left:?}"
+        );
+        let cgroup = topo::cgroup2_mount().unwrap().join(&prefix);
+        assert!(!cgroup.exists(), "{} is left", cgroup.display());
+    }
+
     /// The first seed whose 4-rank schedule (tbf only, calm gaps of `calm` s) has only tbfs
     /// of at most 1/8 of the base rate, and that schedule.
     fn seed_with_only_deep_tbfs(
@@ -647,14 +659,7 @@ pub(super) mod tests {
             calm: Some(CALM),
             ..recorded_args(&dir, Pattern::Ring, N as u16, 200, DURATION_S)
         });
-        let prefix = format!("lab{}", std::process::id());
-        let left = topo::list_namespaces().unwrap();
-        assert!(
-            !left.iter().any(|n| n.starts_with(&prefix)),
-            "left: {left:?}"
-        );
-        let cgroup = topo::cgroup2_mount().unwrap().join(&prefix);
-        assert!(!cgroup.exists(), "{} is left", cgroup.display());
+        assert_lab_left_nothing();
         result.expect("the lab runs with --probe-per-rank");
 
         let lab: serde_json::Value =
@@ -770,7 +775,7 @@ pub(super) mod tests {
             ..recorded_args(&dir, Pattern::Ring, N, 200, DURATION_S)
         };
         let plans = args.job_plans();
-        let hosts = plans.iter().flat_map(|j| j.hosts.iter()).max().unwrap() + 1;
+        let hosts = super::super::host_count(&plans);
         assert_eq!(hosts, 6);
         let only_second = |h: usize| !plans[0].hosts.contains(&h);
         let (seed, sched) = seed_with_deep_tbfs_on(hosts, DURATION_S, CALM, only_second);
@@ -778,14 +783,7 @@ pub(super) mod tests {
         let plans = args.job_plans();
         eprintln!("lab test: seed {seed}, jobs {plans:?}, schedule {sched:?}");
         let result = run(args);
-        let prefix = format!("lab{}", std::process::id());
-        let left = topo::list_namespaces().unwrap();
-        assert!(
-            !left.iter().any(|n| n.starts_with(&prefix)),
-            "left: {left:?}"
-        );
-        let cgroup = topo::cgroup2_mount().unwrap().join(&prefix);
-        assert!(!cgroup.exists(), "{} is left", cgroup.display());
+        assert_lab_left_nothing();
         result.expect("the lab runs with --jobs 2");
 
         let live: serde_json::Value =
